@@ -1,0 +1,82 @@
+"""``StreamsConfig``: Kafka Streams' configuration keys, validated at start-up.
+
+Keys are Kafka's dotted names (``application.id``, ``commit.interval.ms``...). Unknown
+``streams`` keys fail with the list of known ones; keys starting with ``consumer.``,
+``producer.`` or ``admin.`` are passed to those clients. Durations are ms.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigException
+from .serde import Serde, Serdes
+
+ProcessingGuarantee = Literal["at_least_once", "exactly_once_v2"]
+ExceptionHandler = Literal["log_and_fail", "log_and_continue", "dead_letter"]
+
+
+class StreamsConfig(BaseModel):
+    """Validated configuration of a streams application (Kafka's ``StreamsConfig``)."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    application_id: str = Field("duet-test", alias="application.id", min_length=1)
+    bootstrap_servers: str = Field("", alias="bootstrap.servers")
+    num_stream_threads: int = Field(1, alias="num.stream.threads", ge=1)
+    processing_guarantee: ProcessingGuarantee = Field("at_least_once", alias="processing.guarantee")
+    commit_interval_ms: int = Field(30_000, alias="commit.interval.ms", ge=0)
+    state_dir: Path | None = Field(None, alias="state.dir")
+    statestore_cache_max_entries: int = Field(10_000, alias="statestore.cache.max.entries", ge=0)
+    default_key_serde: Serde[Any] = Field(default_factory=Serdes.String, alias="default.key.serde")
+    default_value_serde: Serde[Any] = Field(default_factory=Serdes.JSON, alias="default.value.serde")
+    default_timestamp_extractor: Literal["record", "fail_on_invalid", "log_and_skip_on_invalid", "wall_clock"] = Field(
+        "fail_on_invalid", alias="default.timestamp.extractor"
+    )
+    deserialization_exception_handler: ExceptionHandler = Field("log_and_fail", alias="deserialization.exception.handler")
+    processing_exception_handler: ExceptionHandler = Field("log_and_fail", alias="processing.exception.handler")
+    dead_letter_queue_topic: str | None = Field(None, alias="errors.dead.letter.queue.topic.name")
+    auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", alias="auto.offset.reset")
+    max_task_idle_ms: int = Field(0, alias="max.task.idle.ms", ge=-1)
+    buffered_records_per_partition: int = Field(1000, alias="buffered.records.per.partition", ge=1)
+    replication_factor: int = Field(1, alias="replication.factor", ge=1)
+    session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=1)
+    poll_ms: int = Field(100, alias="poll.ms", ge=0)
+    client_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: "StreamsConfig | dict[str, Any] | None") -> "StreamsConfig":
+        """Validate a dict of Kafka-style keys (or pass a StreamsConfig through).
+
+        Raises:
+            ConfigException: naming the key, the value given and the allowed values.
+        """
+        if config is None:
+            return cls()
+        if isinstance(config, StreamsConfig):
+            return config
+        own: dict[str, Any] = {}
+        clients: dict[str, Any] = {}
+        for k, v in config.items():
+            if k.startswith(("consumer.", "producer.", "admin.")):
+                clients[k] = v
+            else:
+                own[k] = v
+        known = {f.alias or n for n, f in cls.model_fields.items() if n != "client_overrides"}
+        unknown = sorted(set(own) - known - set(cls.model_fields))
+        if unknown:
+            raise ConfigException(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        try:
+            return cls.model_validate({**own, "client_overrides": clients})
+        except ValidationError as exc:
+            msgs = []
+            for err in exc.errors():
+                key = ".".join(str(x) for x in err["loc"])
+                msgs.append(f"{key}={err.get('input')!r}: {err['msg']}")
+            raise ConfigException("invalid streams config: " + "; ".join(msgs)) from None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly_once_v2"

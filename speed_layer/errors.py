@@ -1,0 +1,31 @@
+"""Exceptions raised by the speed layer (one module, as Kafka Streams' ``errors`` package)."""
+from __future__ import annotations
+
+
+class StreamsException(Exception):
+    """Base of every error the speed layer raises."""
+
+
+class TopologyException(StreamsException):
+    """The topology is invalid: unknown parent, duplicate name, missing store, cycle, or
+    co-partitioned topics with different partition counts (as Kafka's TopologyException)."""
+
+
+class ConfigException(StreamsException):
+    """A configuration value is missing or not one of the allowed values."""
+
+
+class SerializationException(StreamsException):
+    """A key or value could not be serialized or deserialized."""
+
+
+class InvalidTimestampException(StreamsException):
+    """A record's extracted timestamp is negative (Kafka's FailOnInvalidTimestamp)."""
+
+
+class InvalidStateStoreException(StreamsException):
+    """A state store was queried that does not exist, or is not open (closed or restoring)."""
+
+
+class TaskMigratedException(StreamsException):
+    """The task was moved to another instance by a rebalance."""

@@ -1,0 +1,322 @@
+"""Operation specs: what each graph node does. Frozen dataclasses holding user functions.
+
+Records flowing out of KStream nodes carry plain values; records flowing out of KTable
+nodes carry :class:`speed_layer.processor.api.Change` values (new and old value). Each
+executor maps an op type to its own implementation: the speed layer to a Processor, the
+batch layer to a PySpark translation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from ..options import StreamPartitioner, Suppressed, TimestampExtractor
+from ..serde import Serde
+from ..windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
+
+__all__ = [
+    "Op", "SourceOp", "SinkOp", "FilterOp", "MapOp", "MapValuesOp", "FlatMapOp", "FlatMapValuesOp",
+    "PeekOp", "BranchOp", "MergeOp", "ProcessOp", "TableSourceOp", "ToStreamOp", "AggregateOp",
+    "TableSelectOp", "TableAggregateOp", "StreamTableJoinOp", "JoinWindowStoreOp",
+    "StreamStreamJoinOp", "TableTableJoinOp", "SuppressOp", "TableMapValuesOp", "TableFilterOp",
+    "GlobalStoreOp", "CogroupOp", "ForeignKeyJoinOp",
+]
+
+
+class Op:
+    """Base of all operation specs."""
+
+    #: the name part Kafka uses in generated names, e.g. ``KSTREAM-FILTER``.
+    kafka_prefix: str = "KSTREAM-PROCESSOR"
+
+
+@dataclass(frozen=True)
+class SourceOp(Op):
+    """Reads ``topics`` (or an internal repartition topic when ``repartition``)."""
+
+    topics: tuple[str, ...]
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    timestamp_extractor: TimestampExtractor | None = None
+    offset_reset: str | None = None
+    repartition: bool = False
+    kafka_prefix = "KSTREAM-SOURCE"
+
+
+@dataclass(frozen=True)
+class SinkOp(Op):
+    """Writes to ``topic`` or to the topic ``topic_extractor(key, value, record_context)``
+    returns; ``repartition`` marks an internal repartition topic."""
+
+    topic: str | None
+    topic_extractor: Callable[[Any, Any, Any], str] | None = None
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    partitioner: StreamPartitioner | None = None
+    repartition: bool = False
+    kafka_prefix = "KSTREAM-SINK"
+
+
+@dataclass(frozen=True)
+class FilterOp(Op):
+    """Keeps records where ``predicate(key, value)`` is true (false with ``negate``)."""
+
+    predicate: Callable[[Any, Any], bool]
+    negate: bool = False
+    kafka_prefix = "KSTREAM-FILTER"
+
+
+@dataclass(frozen=True)
+class MapOp(Op):
+    """``mapper(key, value) -> (new_key, new_value)``; ``key_only`` for selectKey
+    (``mapper(key, value) -> new_key``). Changes the key: marks repartition required."""
+
+    mapper: Callable[[Any, Any], Any]
+    key_only: bool = False
+    kafka_prefix = "KSTREAM-MAP"
+
+
+@dataclass(frozen=True)
+class MapValuesOp(Op):
+    """``mapper(value)`` or, ``with_key``, ``mapper(key, value)``."""
+
+    mapper: Callable[..., Any]
+    with_key: bool = False
+    kafka_prefix = "KSTREAM-MAPVALUES"
+
+
+@dataclass(frozen=True)
+class FlatMapOp(Op):
+    """``mapper(key, value) -> iterable of (key, value)``."""
+
+    mapper: Callable[[Any, Any], Any]
+    kafka_prefix = "KSTREAM-FLATMAP"
+
+
+@dataclass(frozen=True)
+class FlatMapValuesOp(Op):
+    """``mapper(value) -> iterable of values`` (``with_key``: ``mapper(key, value)``)."""
+
+    mapper: Callable[..., Any]
+    with_key: bool = False
+    kafka_prefix = "KSTREAM-FLATMAPVALUES"
+
+
+@dataclass(frozen=True)
+class PeekOp(Op):
+    """Calls ``action(key, value)``; forwards the record unless ``terminal`` (foreach)."""
+
+    action: Callable[[Any, Any], None]
+    terminal: bool = False
+    kafka_prefix = "KSTREAM-PEEK"
+
+
+@dataclass(frozen=True)
+class BranchOp(Op):
+    """Sends each record to the child of the first matching predicate (``None`` = default
+    branch); ``children`` are the branch node names in predicate order."""
+
+    predicates: tuple[Callable[[Any, Any], bool] | None, ...]
+    children: tuple[str, ...]
+    kafka_prefix = "KSTREAM-BRANCH"
+
+
+@dataclass(frozen=True)
+class MergeOp(Op):
+    """Forwards records from all parents."""
+
+    kafka_prefix = "KSTREAM-MERGE"
+
+
+@dataclass(frozen=True)
+class ProcessOp(Op):
+    """A user processor from the Processor API: ``supplier()`` returns a new Processor per
+    task. ``values_only`` for ``process_values`` (the key must not change)."""
+
+    supplier: Callable[[], Any]
+    values_only: bool = False
+    kafka_prefix = "KSTREAM-PROCESSOR"
+
+
+@dataclass(frozen=True)
+class GlobalStoreOp(Op):
+    """Updates a global store from its source topic (``Topology.add_global_store``);
+    ``supplier`` None means "put key/value into the store" (a GlobalKTable)."""
+
+    store: str
+    supplier: Callable[[], Any] | None = None
+    kafka_prefix = "KTABLE-SOURCE"
+
+
+@dataclass(frozen=True)
+class TableSourceOp(Op):
+    """Turns a record stream into a table: keeps the latest value per key in ``store`` (if
+    materialized) and forwards ``Change(new, old)``; null keys are dropped. Used by
+    ``StreamsBuilder.table`` and ``KStream.to_table``."""
+
+    store: str | None
+    kafka_prefix = "KTABLE-SOURCE"
+
+
+@dataclass(frozen=True)
+class TableFilterOp(Op):
+    """KTable filter: a value failing the predicate becomes a tombstone (as Kafka's KTableFilter)."""
+
+    predicate: Callable[[Any, Any], bool]
+    negate: bool = False
+    store: str | None = None
+    kafka_prefix = "KTABLE-FILTER"
+
+
+@dataclass(frozen=True)
+class TableMapValuesOp(Op):
+    """KTable mapValues on new and old values; tombstones stay tombstones."""
+
+    mapper: Callable[..., Any]
+    with_key: bool = False
+    store: str | None = None
+    kafka_prefix = "KTABLE-MAPVALUES"
+
+
+@dataclass(frozen=True)
+class ToStreamOp(Op):
+    """KTable -> KStream: forwards each change's new value (tombstones as None);
+    ``mapper(key, value) -> new key`` when given."""
+
+    mapper: Callable[[Any, Any], Any] | None = None
+    kafka_prefix = "KTABLE-TOSTREAM"
+
+
+AggKind = Literal["count", "reduce", "aggregate"]
+
+
+@dataclass(frozen=True)
+class AggregateOp(Op):
+    """KGroupedStream aggregation into ``store``: ``count``, ``reduce(agg, value)`` or
+    ``aggregate(initializer(), aggregator(key, value, agg))``, optionally windowed
+    (time, sliding or session windows; sessions also take ``merger(key, agg1, agg2)``).
+    Emits ``Change(new, old)`` keyed by the key, or by ``Windowed(key, window)``."""
+
+    kind: AggKind
+    store: str
+    initializer: Callable[[], Any] | None = None
+    aggregator: Callable[..., Any] | None = None
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    merger: Callable[[Any, Any, Any], Any] | None = None
+    kafka_prefix = "KSTREAM-AGGREGATE"
+
+
+@dataclass(frozen=True)
+class CogroupOp(Op):
+    """Cogrouped aggregation: ``aggregators`` per parent (same order as the node's parents)."""
+
+    store: str
+    initializer: Callable[[], Any]
+    aggregators: tuple[Callable[[Any, Any, Any], Any], ...]
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    merger: Callable[[Any, Any, Any], Any] | None = None
+    kafka_prefix = "COGROUPKSTREAM-AGGREGATE"
+
+
+@dataclass(frozen=True)
+class TableSelectOp(Op):
+    """KTable.groupBy: ``selector(key, value) -> (new_key, new_value)`` applied to the new
+    and the old value; forwards the old pair as a subtraction and the new as an addition."""
+
+    selector: Callable[[Any, Any], Any]
+    kafka_prefix = "KTABLE-SELECT"
+
+
+@dataclass(frozen=True)
+class TableAggregateOp(Op):
+    """KGroupedTable aggregation: ``subtractor(key, old, agg)`` then ``adder(key, new, agg)``
+    (``count``: +1/-1; ``reduce(adder(agg, v), subtractor(agg, v))``)."""
+
+    kind: AggKind
+    store: str
+    initializer: Callable[[], Any] | None = None
+    adder: Callable[..., Any] | None = None
+    subtractor: Callable[..., Any] | None = None
+    kafka_prefix = "KTABLE-AGGREGATE"
+
+
+@dataclass(frozen=True)
+class StreamTableJoinOp(Op):
+    """KStream-KTable (or GlobalKTable) join: looks up ``table_store`` by the record key
+    (or by ``key_selector(key, value)`` for a GlobalKTable) and emits
+    ``joiner(value, table_value)`` (``joiner(key, value, table_value)`` when
+    ``joiner_with_key``); ``left`` also emits unmatched records with table_value None.
+    ``table_node`` names the KTable node joined (its store is ``table_store``)."""
+
+    table_store: str
+    joiner: Callable[..., Any]
+    left: bool = False
+    key_selector: Callable[[Any, Any], Any] | None = None
+    global_table: bool = False
+    table_node: str | None = None
+    joiner_with_key: bool = False
+    grace_ms: int | None = None
+    kafka_prefix = "KSTREAM-JOIN"
+
+
+@dataclass(frozen=True)
+class JoinWindowStoreOp(Op):
+    """Puts each record of one side of a stream-stream join into its window ``store``."""
+
+    store: str
+    windows: JoinWindows
+    kafka_prefix = "KSTREAM-JOINTHIS"
+
+
+@dataclass(frozen=True)
+class StreamStreamJoinOp(Op):
+    """One side of a KStream-KStream join: joins each record of this side with the other
+    side's window store. ``this_is_left`` tells which argument of ``joiner(left, right)``
+    this side supplies; ``left_outer``/``right_outer`` say which side's unmatched records
+    are emitted (after the window closes) through the shared ``outer_store``."""
+
+    this_store: str
+    other_store: str
+    joiner: Callable[..., Any]
+    windows: JoinWindows
+    this_is_left: bool
+    left_outer: bool
+    right_outer: bool
+    outer_store: str | None = None
+    joiner_with_key: bool = False
+    kafka_prefix = "KSTREAM-JOINTHIS"
+
+
+@dataclass(frozen=True)
+class TableTableJoinOp(Op):
+    """One side of a KTable-KTable join, looking up ``other_store`` on each change of this
+    side; ``kind`` is inner, left or outer."""
+
+    other_store: str
+    joiner: Callable[[Any, Any], Any]
+    this_is_left: bool
+    kind: Literal["inner", "left", "outer"]
+    kafka_prefix = "KTABLE-JOINTHIS"
+
+
+@dataclass(frozen=True)
+class ForeignKeyJoinOp(Op):
+    """KTable-KTable foreign-key join (KIP-213), executed locally per role."""
+
+    role: Literal["subscribe", "respond", "resolve"]
+    foreign_key_extractor: Callable[[Any], Any] | None = None
+    joiner: Callable[[Any, Any], Any] | None = None
+    left: bool = False
+    stores: tuple[str, ...] = ()
+    kafka_prefix = "KTABLE-FK-JOIN"
+
+
+@dataclass(frozen=True)
+class SuppressOp(Op):
+    """KTable.suppress with ``suppressed`` (final results or a time limit)."""
+
+    suppressed: Suppressed
+    store: str
+    grace_ms: int = 0
+    windowed: bool = True
+    kafka_prefix = "KTABLE-SUPPRESS"

@@ -1,0 +1,392 @@
+"""StreamTask: runs one sub-topology for one partition (Kafka's StreamTask).
+
+Shared by the Kafka runtime and the TopologyTestDriver. A task owns its processors and
+state stores, tracks stream time (the largest timestamp it has processed; it advances only
+with records), picks the next record from the partition whose head record has the lowest
+timestamp (Kafka's PartitionGroup), runs punctuations, handles deserialization and
+processing errors (fail, continue, or dead-letter), and on commit flushes caches and
+stores and returns the offsets to commit.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from ..config import StreamsConfig
+from ..errors import InvalidStateStoreException, InvalidTimestampException, StreamsException
+from ..graph.nodes import GraphNode, SubTopology
+from ..graph.ops import SinkOp, SourceOp
+from ..processor.api import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
+from ..processor.factory import create_processor
+from ..serde import Serde
+from ..state.factories import build_store
+from ..state.keys import ORDERED_KEY, PICKLE
+from ..topology import Topology
+
+log = logging.getLogger("speed_layer.task")
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class RecordCollector(Protocol):
+    """Where tasks send records (a Kafka producer, or the test driver's topics)."""
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers, partition: int | None) -> None: ...
+
+    def partitions_for(self, topic: str) -> int: ...
+
+
+@dataclass
+class RawRecord:
+    """A consumed record before deserialization."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Headers = field(default_factory=list)
+
+
+@dataclass
+class Metrics:
+    """Counters per task and name, e.g. ``("0_1", "dropped-records")``."""
+
+    counters: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def inc(self, task_id: str, name: str, n: int = 1) -> None:
+        key = (task_id, name)
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    def total(self, name: str) -> int:
+        return sum(v for (_, n), v in self.counters.items() if n == name)
+
+
+class _Punctuation(Cancellable):
+    def __init__(self, node: str, interval: int, due: int, fn: Callable[[int], None]) -> None:
+        self.node, self.interval, self.due, self.fn = node, interval, due, fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def advance(self, now: int) -> None:
+        nxt = self.due + self.interval
+        if now >= nxt:
+            nxt = now - ((now - self.due) % self.interval) + self.interval
+        self.due = nxt
+
+
+class _NodeContext(ProcessorContext):
+    """The ProcessorContext a task gives one of its processors."""
+
+    def __init__(self, task: "StreamTask", node: GraphNode) -> None:
+        self._task = task
+        self._node = node
+        self._children = task.children.get(node.name, [])
+
+    def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
+        task = self._task
+        if child_name is not None:
+            if child_name not in self._children:
+                raise StreamsException(f"{child_name} is not a child of {self._node.name}")
+            task.processors[child_name].process(record)
+            return
+        for c in self._children:
+            prev = task.current_node
+            task.current_node = c
+            task.processors[c].process(record)
+            task.current_node = prev
+
+    def schedule(self, interval_ms: int, type: PunctuationType, punctuator: Callable[[int], None]) -> Cancellable:
+        if interval_ms < 1:
+            raise ValueError("punctuation interval must be >= 1 ms")
+        return self._task.schedule(self._node.name, interval_ms, type, punctuator)
+
+    def get_state_store(self, name: str) -> Any:
+        task = self._task
+        if name in self._node.stores or name in task.global_stores and name in self._node.stores:
+            store = task.stores.get(name) or task.global_stores.get(name)
+            if store is not None:
+                return store
+        if name in task.global_stores:
+            return task.global_stores[name]
+        raise InvalidStateStoreException(f"Processor {self._node.name} has no access to StateStore {name}")
+
+    def commit(self) -> None:
+        self._task.commit_requested = True
+
+    def record_metadata(self) -> RecordMetadata | None:
+        return self._task.current_metadata
+
+    @property
+    def task_id(self) -> str:
+        return self._task.task_id
+
+    @property
+    def application_id(self) -> str:
+        return self._task.config.application_id
+
+    def current_stream_time_ms(self) -> int:
+        return self._task.stream_time
+
+    def current_system_time_ms(self) -> int:
+        return self._task.clock()
+
+    def record_dropped(self, node: str, reason: str) -> None:
+        self._task.metrics.inc(self._task.task_id, "dropped-records")
+        if reason.startswith("late"):
+            self._task.metrics.inc(self._task.task_id, "dropped-records-late")
+
+    def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
+        self._task.send(topic, record, op)
+
+
+class StreamTask:
+    """One sub-topology x one partition. See the module docstring."""
+
+    def __init__(
+        self,
+        task_id: str,
+        topology: Topology,
+        subtopology: SubTopology,
+        partition: int,
+        config: StreamsConfig,
+        collector: RecordCollector,
+        *,
+        state_dir: Path | None = None,
+        global_stores: dict[str, Any] | None = None,
+        clock: Callable[[], int] = lambda: 0,
+        metrics: Metrics | None = None,
+        changelog_sender: Callable[[str, bytes, bytes | None, int], None] | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.topology = topology
+        self.subtopology = subtopology
+        self.partition = partition
+        self.config = config
+        self.collector = collector
+        self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.global_stores = global_stores or {}
+        self.stream_time = -1
+        self.commit_requested = False
+        self.current_metadata: RecordMetadata | None = None
+        self.current_node: str | None = None
+        self.app_id = config.application_id
+        self.state_dir = state_dir
+        self._punctuations: list[_Punctuation] = []
+        self._queues: dict[tuple[str, int], deque[RawRecord]] = {}
+        self.consumed_offsets: dict[tuple[str, int], int] = {}
+        members = set(subtopology.nodes)
+        cm = topology.child_map()
+        self.children = {n: [c for c in cm.get(n, []) if c in members] for n in subtopology.nodes}
+        # source topic (full name) -> source node
+        self.sources: dict[str, GraphNode] = {}
+        for n in subtopology.nodes:
+            node = topology.nodes[n]
+            if isinstance(node.op, SourceOp):
+                for t in node.op.topics:
+                    self.sources[self.full_topic(t, node.op.repartition)] = node
+        # stores
+        self.stores: dict[str, Any] = {}
+        for s in subtopology.stores:
+            spec = topology.stores[s]
+            logger = None
+            if spec.logging and changelog_sender is not None:
+                topic = spec.changelog_topic(self.app_id)
+                logger = (lambda topic: lambda k, v, ts: changelog_sender(topic, k, v, ts))(topic)
+            self.stores[s] = build_store(spec, state_dir, logger, config.statestore_cache_max_entries)
+        self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
+
+    # ------------------------------------------------------------------ lifecycle
+    def initialize(self) -> None:
+        """Init processors (after the stores are restored)."""
+        for n in self.subtopology.nodes:
+            self.current_node = n
+            self.processors[n].init(_NodeContext(self, self.topology.nodes[n]))
+        self.current_node = None
+
+    def full_topic(self, topic: str, repartition: bool) -> str:
+        return f"{self.app_id}-{topic}" if repartition else topic
+
+    def close(self) -> None:
+        for p in self.processors.values():
+            try:
+                p.close()
+            except Exception:  # noqa: BLE001 - keep closing the rest, but say so
+                log.exception("task %s: processor close failed", self.task_id)
+        for s in self.stores.values():
+            s.close()
+
+    # ------------------------------------------------------------------ input buffering
+    def add_records(self, records: list[RawRecord]) -> None:
+        """Buffer consumed records per partition (Kafka's PartitionGroup)."""
+        for r in records:
+            self._queues.setdefault((r.topic, r.partition), deque()).append(r)
+
+    def buffered(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def buffered_in(self, topic: str, partition: int) -> int:
+        q = self._queues.get((topic, partition))
+        return len(q) if q else 0
+
+    def process_next(self) -> bool:
+        """Process the buffered record with the lowest timestamp across this task's input
+        partitions. Returns False when nothing is buffered."""
+        best: deque[RawRecord] | None = None
+        for q in self._queues.values():
+            if q and (best is None or q[0].timestamp < best[0].timestamp):
+                best = q
+        if best is None:
+            return False
+        self.process(best.popleft())
+        return True
+
+    # ------------------------------------------------------------------ processing
+    def _serdes(self, node: GraphNode) -> tuple[Serde[Any], Serde[Any]]:
+        op = node.op
+        if getattr(op, "repartition", False):
+            return op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
+        return op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+
+    def process(self, raw: RawRecord) -> None:
+        """Deserialize, extract the timestamp and run one record through the sub-topology."""
+        node = self.sources.get(raw.topic)
+        if node is None:
+            raise StreamsException(f"task {self.task_id}: no source for topic {raw.topic}")
+        self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
+        self.current_metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
+        ks, vs = self._serdes(node)
+        try:
+            key = ks.deserialize(raw.key)
+            value = vs.deserialize(raw.value)
+        except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+            self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
+            return
+        ts = self._extract_timestamp(node, raw, key, value)
+        if ts is None:
+            return
+        self.stream_time = max(self.stream_time, ts)
+        self.metrics.inc(self.task_id, "process")
+        try:
+            self.current_node = node.name
+            self.processors[node.name].process(Record(key, value, ts, list(raw.headers)))
+        except StreamsException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+            self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
+        finally:
+            self.current_node = None
+        self.punctuate_stream_time()
+        self.current_metadata = None
+
+    def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
+        extractor = node.op.timestamp_extractor
+        mode = self.config.default_timestamp_extractor
+        if extractor is not None:
+            ts = extractor(key, value, raw.timestamp, self.stream_time)
+        elif mode == "wall_clock":
+            ts = self.clock()
+        else:
+            ts = raw.timestamp
+        if ts is None or ts < 0:
+            if mode == "log_and_skip_on_invalid":
+                log.warning("task %s: skipping record %s-%d@%d with invalid timestamp %s", self.task_id, raw.topic, raw.partition, raw.offset, ts)
+                self.metrics.inc(self.task_id, "dropped-records")
+                return None
+            raise InvalidTimestampException(
+                f"Input record {raw.topic}-{raw.partition}@{raw.offset} has invalid (negative) timestamp {ts}; "
+                "set default.timestamp.extractor=log_and_skip_on_invalid to skip such records"
+            )
+        return int(ts)
+
+    def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
+        where = f"{raw.topic}-{raw.partition}@{raw.offset}"
+        if handler == "log_and_fail":
+            raise StreamsException(f"{kind} error in task {self.task_id} on record {where}: {exc!r}") from exc
+        self.metrics.inc(self.task_id, "dropped-records")
+        if handler == "log_and_continue":
+            log.warning("task %s: skipping record %s after %s error: %r", self.task_id, where, kind, exc)
+            return
+        dlq = self.config.dead_letter_queue_topic
+        if not dlq:
+            raise StreamsException("errors.dead.letter.queue.topic.name must be set when an exception handler is 'dead_letter'")
+        headers = list(raw.headers) + [
+            ("__streams.errors.exception", type(exc).__name__.encode()),
+            ("__streams.errors.message", str(exc).encode()),
+            ("__streams.errors.stacktrace", "".join(traceback.format_exception(exc)).encode()[:8000]),
+            ("__streams.errors.kind", kind.encode()),
+            ("__streams.errors.topic", raw.topic.encode()),
+            ("__streams.errors.partition", str(raw.partition).encode()),
+            ("__streams.errors.offset", str(raw.offset).encode()),
+        ]
+        self.metrics.inc(self.task_id, "dead-lettered")
+        log.warning("task %s: record %s sent to %s after %s error: %r", self.task_id, where, dlq, kind, exc)
+        self.collector.send(dlq, raw.key, raw.value, raw.timestamp, headers, None)
+
+    def send(self, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
+        """Serialize with the sink's serdes and hand to the collector (partitioned by the
+        sink's partitioner, else murmur2 of the key bytes)."""
+        full = self.full_topic(topic, op.repartition)
+        if op.repartition:
+            ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
+        else:
+            ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+        kb = ks.serialize(record.key)
+        vb = vs.serialize(record.value)
+        partition = None
+        if op.partitioner is not None:
+            partition = op.partitioner(full, record.key, record.value, self.collector.partitions_for(full))
+        self.collector.send(full, kb, vb, record.timestamp, list(record.headers), partition)
+
+    # ------------------------------------------------------------------ punctuation
+    def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:
+        if type == PunctuationType.STREAM_TIME:
+            p = _Punctuation(node, interval, 0, fn)
+            self._punctuations.append(p)
+        else:
+            p = _Punctuation(node, interval, self.clock() + interval, fn)
+            p.wall = True  # type: ignore[attr-defined]
+            self._punctuations.append(p)
+        return p
+
+    def _run_punctuations(self, now: int, wall: bool) -> bool:
+        fired = False
+        for p in list(self._punctuations):
+            if p.cancelled:
+                self._punctuations.remove(p)
+                continue
+            if getattr(p, "wall", False) != wall or now < p.due or now < 0:
+                continue
+            self.current_node = p.node
+            p.fn(now)
+            self.current_node = None
+            p.advance(now)
+            fired = True
+        return fired
+
+    def punctuate_stream_time(self) -> bool:
+        return self._run_punctuations(self.stream_time, wall=False)
+
+    def punctuate_wall_clock(self) -> bool:
+        return self._run_punctuations(self.clock(), wall=True)
+
+    # ------------------------------------------------------------------ commit
+    def flush(self) -> None:
+        """Flush caches (forwarding their updates downstream) and stores."""
+        for s in self.stores.values():
+            s.flush()
+
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Flush, then return ``{(topic, partition): next offset}`` to commit."""
+        self.flush()
+        self.commit_requested = False
+        return dict(self.consumed_offsets)

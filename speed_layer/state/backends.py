@@ -1,0 +1,142 @@
+"""Bytes stores: the bottom of every store stack. RocksDB (through rocksdict) or memory.
+
+Keys and values are ``bytes``; iteration is in unsigned byte order, as RocksDB's default
+comparator. ``put(k, None)`` deletes.
+"""
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Iterator
+
+from sortedcontainers import SortedDict
+
+
+class BytesStore(ABC):
+    """A sorted bytes key-value store."""
+
+    name: str
+
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def put(self, key: bytes, value: bytes | None) -> None: ...
+
+    @abstractmethod
+    def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= key <= hi`` (None: unbounded), ascending unless ``reverse``."""
+
+    @abstractmethod
+    def approximate_num_entries(self) -> int: ...
+
+    def flush(self) -> None:
+        """Make writes durable (no-op in memory)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    def persistent(self) -> bool:
+        return False
+
+
+class InMemoryBytesStore(BytesStore):
+    """A sorted dict in memory (Kafka's InMemoryKeyValueStore)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._data: SortedDict = SortedDict()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            self._data.pop(key, None)
+        else:
+            self._data[key] = value
+
+    def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        keys = list(self._data.irange(lo, hi, reverse=reverse))
+        for k in keys:
+            v = self._data.get(k)
+            if v is not None:
+                yield k, v
+
+    def approximate_num_entries(self) -> int:
+        return len(self._data)
+
+    def close(self) -> None:
+        self._data.clear()
+
+
+class RocksDBBytesStore(BytesStore):
+    """RocksDB through rocksdict in raw (bytes) mode, at ``<dir>/rocksdb/<name>``.
+
+    The WAL is off: durability comes from the changelog topic, as in Kafka Streams.
+    """
+
+    def __init__(self, name: str, directory: Path) -> None:
+        from rocksdict import Options, Rdict, WriteOptions
+
+        self.name = name
+        self.path = Path(directory) / "rocksdb" / name
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        self._db = Rdict(str(self.path), opts)
+        wo = WriteOptions()
+        wo.disable_wal = True
+        self._db.set_write_options(wo)
+        self._closed = False
+
+    @property
+    def persistent(self) -> bool:
+        return True
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            self._db.delete(key)
+        else:
+            self._db[key] = value
+
+    def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        if not reverse:
+            it.seek(lo) if lo is not None else it.seek_to_first()
+            while it.valid():
+                k = it.key()
+                if hi is not None and k > hi:
+                    break
+                yield k, it.value()
+                it.next()
+        else:
+            it.seek_for_prev(hi) if hi is not None else it.seek_to_last()
+            while it.valid():
+                k = it.key()
+                if lo is not None and k < lo:
+                    break
+                yield k, it.value()
+                it.prev()
+
+    def approximate_num_entries(self) -> int:
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def flush(self) -> None:
+        self._db.flush()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._db.flush()
+            self._db.close()
+            self._closed = True
+
+    def destroy(self) -> None:
+        """Close and delete the files (used when the local state is wiped)."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)

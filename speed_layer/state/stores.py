@@ -1,0 +1,544 @@
+"""Typed state stores over a :class:`BytesStore`, with optional record cache and changelog.
+
+The layering is Kafka Streams' (typed/metered -> caching -> change-logging -> bytes store)
+folded into one class per store kind:
+
+* :class:`KeyValueStore` (optionally timestamped: values kept with their timestamp),
+* :class:`WindowStore` (keys with a window start; retention by stream time),
+* :class:`SessionStore` (keys with a session window ``[start, end]``),
+* :class:`VersionedKeyValueStore` (every version of a key within a history retention).
+
+Read methods are the interactive-query API; processors also use the write methods.
+Every write that reaches the bytes store is sent to ``logger(key_bytes, value_bytes,
+timestamp_ms)``, which appends to the changelog topic; ``restore`` applies changelog
+records without logging them again.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from ..serde import Serde
+from ..windows import Window, Windowed
+from .backends import BytesStore
+
+Logger = Callable[[bytes, bytes | None, int], None]
+FlushListener = Callable[[Any, "ValueAndTimestamp | None", "ValueAndTimestamp | None"], None]
+
+_Q = struct.Struct(">q")
+_QQ = struct.Struct(">qq")
+_I = struct.Struct(">I")
+_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ValueAndTimestamp:
+    """A value with the timestamp (ms) of the record that last updated it."""
+
+    value: Any
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class VersionedRecord:
+    """One version of a key: valid from ``timestamp`` (ms) until ``valid_to`` (exclusive;
+    None for the latest)."""
+
+    value: Any
+    timestamp: int
+    valid_to: int | None = None
+
+
+class _StoreBase:
+    def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], logger: Logger | None) -> None:
+        self.name = name
+        self.backend = backend
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.logger = logger
+        self.open = True
+
+    def _write(self, kb: bytes, vb: bytes | None, timestamp: int) -> None:
+        self.backend.put(kb, vb)
+        if self.logger is not None:
+            self.logger(kb, vb, timestamp)
+
+    def restore(self, kb: bytes, vb: bytes | None) -> None:
+        """Apply one changelog record (no logging)."""
+        self.backend.put(kb, vb)
+
+    def flush(self) -> None:
+        self.backend.flush()
+
+    def close(self) -> None:
+        self.open = False
+        self.backend.close()
+
+    @property
+    def persistent(self) -> bool:
+        return self.backend.persistent
+
+    def approximate_num_entries(self) -> int:
+        """Approximate number of entries in the bytes store (RocksDB's estimate)."""
+        return self.backend.approximate_num_entries()
+
+
+class _Cache:
+    """Dirty entries of one store, flushed in order of their last update (Kafka's NamedCache)."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.entries: dict[Any, tuple[Any, Any]] = {}  # cache key -> (typed key, ValueAndTimestamp | None)
+        self.max_entries = max_entries
+
+    def put(self, ck: Any, key: Any, vt: "ValueAndTimestamp | None") -> None:
+        self.entries.pop(ck, None)
+        self.entries[ck] = (key, vt)
+
+
+class KeyValueStore(_StoreBase):
+    """A key-value store (Kafka's KeyValueStore / TimestampedKeyValueStore).
+
+    ``get``/``all``/``range`` return plain values (the IQ view); ``get_with_timestamp``
+    returns :class:`ValueAndTimestamp` for timestamped stores. With caching, ``put`` keeps
+    the update in the cache and the flush listener receives ``(key, new, old)`` at
+    :meth:`flush_cache` (on commit) or on eviction.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backend: BytesStore,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        timestamped: bool = False,
+        caching: bool = False,
+        logger: Logger | None = None,
+        cache_max_entries: int = 10_000,
+    ) -> None:
+        super().__init__(name, backend, key_serde, value_serde, logger)
+        self.timestamped = timestamped
+        self.cache: _Cache | None = _Cache(cache_max_entries) if caching else None
+        self.flush_listener: FlushListener | None = None
+
+    # -- encoding
+    def _kb(self, key: Any) -> bytes:
+        kb = self.key_serde.serialize(key)
+        if kb is None:
+            raise ValueError(f"store {self.name}: key must not be None")
+        return kb
+
+    def _decode_value(self, vb: bytes | None) -> ValueAndTimestamp | None:
+        if vb is None:
+            return None
+        if self.timestamped:
+            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
+        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
+
+    def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
+        if vt is None or vt.value is None:
+            return None
+        vb = self.value_serde.serialize(vt.value) or b""
+        return _Q.pack(vt.timestamp) + vb if self.timestamped else vb
+
+    # -- reads
+    def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
+        """The value and its timestamp, or None when absent."""
+        if self.cache is not None:
+            hit = self.cache.entries.get(key if _hashable(key) else self._kb(key))
+            if hit is not None:
+                return hit[1]
+        return self._decode_value(self.backend.get(self._kb(key)))
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or None when absent."""
+        vt = self.get_with_timestamp(key)
+        return None if vt is None else vt.value
+
+    def _merged(self, lo: bytes | None, hi: bytes | None) -> list[tuple[bytes, Any, ValueAndTimestamp]]:
+        rows: dict[bytes, tuple[Any, ValueAndTimestamp | None]] = {}
+        for kb, vb in self.backend.range(lo, hi):
+            rows[kb] = (None, self._decode_value(vb))
+        if self.cache is not None:
+            for key, vt in self.cache.entries.values():
+                kb = self._kb(key)
+                if (lo is None or kb >= lo) and (hi is None or kb <= hi):
+                    rows[kb] = (key, vt)
+        out = []
+        for kb in sorted(rows):
+            key, vt = rows[kb]
+            if vt is not None and vt.value is not None:
+                out.append((kb, key if key is not None else self.key_serde.deserialize(kb), vt))
+        return out
+
+    def range(self, from_key: Any = None, to_key: Any = None) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` with ``from_key <= key <= to_key`` in serialized-key order
+        (None bounds are open)."""
+        lo = None if from_key is None else self._kb(from_key)
+        hi = None if to_key is None else self._kb(to_key)
+        for _, key, vt in self._merged(lo, hi):
+            yield key, vt.value
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` in serialized-key order."""
+        return self.range(None, None)
+
+    def all_with_timestamps(self) -> Iterator[tuple[Any, ValueAndTimestamp]]:
+        for _, key, vt in self._merged(None, None):
+            yield key, vt
+
+    # -- writes
+    def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
+        """Insert or update (``value`` None deletes). ``timestamp`` in ms."""
+        vt = None if value is None else ValueAndTimestamp(value, timestamp)
+        if self.cache is not None:
+            ck = key if _hashable(key) else self._kb(key)
+            self.cache.put(ck, key, vt)
+            if len(self.cache.entries) > self.cache.max_entries:
+                self._evict()
+            return
+        self._write(self._kb(key), self._encode_value(vt), timestamp)
+
+    def put_if_absent(self, key: Any, value: Any, timestamp: int = -1) -> Any:
+        old = self.get(key)
+        if old is None:
+            self.put(key, value, timestamp)
+        return old
+
+    def put_all(self, entries: list[tuple[Any, Any]], timestamp: int = -1) -> None:
+        for k, v in entries:
+            self.put(k, v, timestamp)
+
+    def delete(self, key: Any, timestamp: int = -1) -> Any:
+        """Remove ``key``; returns the old value."""
+        old = self.get(key)
+        self.put(key, None, timestamp)
+        return old
+
+    # -- cache
+    def _flush_entry(self, key: Any, vt: ValueAndTimestamp | None) -> None:
+        kb = self._kb(key)
+        old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
+        ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
+        self._write(kb, self._encode_value(vt), ts)
+        if self.flush_listener is not None and not (vt is None and old is None):
+            self.flush_listener(key, vt, old)
+
+    def _evict(self) -> None:
+        assert self.cache is not None
+        ck = next(iter(self.cache.entries))
+        key, vt = self.cache.entries.pop(ck)
+        self._flush_entry(key, vt)
+
+    def flush_cache(self) -> None:
+        """Write dirty entries through (and to the flush listener) in update order."""
+        if self.cache is None:
+            return
+        while self.cache.entries:
+            self._evict()
+
+    def flush(self) -> None:
+        self.flush_cache()
+        super().flush()
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+        return True
+    except TypeError:
+        return False
+
+
+class WindowStore(_StoreBase):
+    """A window store (Kafka's TimestampedWindowStore): values per ``(key, window start)``.
+
+    Entries whose window start is ``<= observed stream time - retention`` are expired:
+    puts are ignored and fetches skip them (Kafka's segmented stores). ``retain_duplicates``
+    keeps every put (stream-stream join buffers) with a sequence number.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backend: BytesStore,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        window_size_ms: int,
+        retention_ms: int,
+        retain_duplicates: bool = False,
+        timestamped: bool = True,
+        caching: bool = False,
+        logger: Logger | None = None,
+        cache_max_entries: int = 10_000,
+    ) -> None:
+        super().__init__(name, backend, key_serde, value_serde, logger)
+        self.window_size_ms = window_size_ms
+        self.retention_ms = retention_ms
+        self.retain_duplicates = retain_duplicates
+        self.timestamped = timestamped
+        self.observed_stream_time = -1
+        self._seq = 0
+        self.cache: _Cache | None = _Cache(cache_max_entries) if caching and not retain_duplicates else None
+        self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
+
+    def _suffix_len(self) -> int:
+        return 12 if self.retain_duplicates else 8
+
+    def _composite(self, kb: bytes, start: int, seq: int = 0) -> bytes:
+        out = kb + _Q.pack(start)
+        return out + _I.pack(seq) if self.retain_duplicates else out
+
+    def _split(self, ck: bytes) -> tuple[bytes, int]:
+        n = self._suffix_len()
+        return ck[:-n], _Q.unpack_from(ck, len(ck) - n)[0]
+
+    def _decode_value(self, vb: bytes | None) -> ValueAndTimestamp | None:
+        if vb is None:
+            return None
+        if self.timestamped:
+            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
+        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
+
+    def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
+        if vt is None or vt.value is None:
+            return None
+        vb = self.value_serde.serialize(vt.value) or b""
+        return _Q.pack(vt.timestamp) + vb if self.timestamped else vb
+
+    def _expired(self, start: int) -> bool:
+        return self.observed_stream_time >= 0 and start <= self.observed_stream_time - self.retention_ms
+
+    def restore(self, kb: bytes, vb: bytes | None) -> None:
+        self.observed_stream_time = max(self.observed_stream_time, self._split(kb)[1])
+        super().restore(kb, vb)
+
+    # -- writes
+    def put(self, key: Any, value: Any, window_start: int, timestamp: int = -1) -> None:
+        """Put the value of ``key`` in the window starting at ``window_start`` (ms);
+        ``value`` None deletes (not with retain_duplicates)."""
+        self.observed_stream_time = max(self.observed_stream_time, window_start)
+        if self._expired(window_start):
+            return
+        vt = None if value is None else ValueAndTimestamp(value, timestamp)
+        if self.cache is not None:
+            self.cache.put((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start), (key, window_start), vt)
+            if len(self.cache.entries) > self.cache.max_entries:
+                self._evict()
+            return
+        kb = self.key_serde.serialize(key) or b""
+        if self.retain_duplicates:
+            if value is None:
+                return
+            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            self._write(self._composite(kb, window_start, self._seq), self._encode_value(vt), timestamp)
+        else:
+            self._write(self._composite(kb, window_start), self._encode_value(vt), timestamp)
+
+    # -- cache
+    def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
+        kb = self._composite(self.key_serde.serialize(key) or b"", start)
+        old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
+        ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
+        self._write(kb, self._encode_value(vt), ts)
+        if self.flush_listener is not None and not (vt is None and old is None):
+            self.flush_listener(Windowed(key, Window(start, start + self.window_size_ms)), vt, old)
+
+    def _evict(self) -> None:
+        assert self.cache is not None
+        ck = next(iter(self.cache.entries))
+        (key, start), vt = self.cache.entries.pop(ck)
+        self._flush_entry(key, start, vt)
+
+    def flush_cache(self) -> None:
+        if self.cache is None:
+            return
+        while self.cache.entries:
+            self._evict()
+
+    def flush(self) -> None:
+        self.flush_cache()
+        super().flush()
+
+    # -- reads
+    def _rows(self, kb: bytes | None, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
+        lo_t = max(time_from, self.observed_stream_time - self.retention_ms + 1, 0) if self.observed_stream_time >= 0 else max(time_from, 0)
+        if time_to < lo_t:
+            return []
+        rows: dict[tuple[bytes, int, bytes], tuple[Any, ValueAndTimestamp | None]] = {}
+        if kb is not None:
+            lo = kb + _Q.pack(lo_t)
+            hi = kb + _Q.pack(time_to) + (b"\xff" * 4 if self.retain_duplicates else b"")
+            it = self.backend.range(lo, hi)
+        else:
+            it = self.backend.range(None, None)
+        for ck, vb in it:
+            k, start = self._split(ck)
+            if (kb is not None and k != kb) or not (lo_t <= start <= time_to):
+                continue
+            rows[(k, start, ck)] = (None, self._decode_value(vb))
+        if self.cache is not None:
+            for (key, start), vt in self.cache.entries.values():
+                k = self.key_serde.serialize(key) or b""
+                if (kb is None or k == kb) and lo_t <= start <= time_to:
+                    rows[(k, start, self._composite(k, start))] = (key, vt)
+        out = []
+        for (k, start, _ck) in sorted(rows):
+            key, vt = rows[(k, start, _ck)]
+            if vt is not None and vt.value is not None:
+                out.append((key if key is not None else self.key_serde.deserialize(k), start, vt))
+        return out
+
+    def fetch(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> Any:
+        """``fetch(key, t)``: the value of the window of ``key`` starting at ``t`` (or None);
+        ``fetch(key, from, to)``: ``[(window_start, value)]`` for windows starting in
+        ``[from, to]`` (ms), ascending."""
+        kb = self.key_serde.serialize(key) or b""
+        if time_to is None:
+            assert time_from is not None
+            rows = self._rows(kb, time_from, time_from)
+            return rows[0][2].value if rows else None
+        return [(start, vt.value) for _, start, vt in self._rows(kb, time_from or 0, time_to)]
+
+    def fetch_with_timestamps(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, ValueAndTimestamp]]:
+        kb = self.key_serde.serialize(key) or b""
+        return [(start, vt) for _, start, vt in self._rows(kb, time_from, time_to)]
+
+    def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
+        """``[(Windowed(key, window), value)]`` for every key and window starting in
+        ``[from, to]`` (ms), by key then start."""
+        return [(Windowed(k, Window(s, s + self.window_size_ms)), vt.value) for k, s, vt in self._rows(None, time_from, time_to)]
+
+    def all(self) -> list[tuple[Windowed[Any], Any]]:
+        """Every unexpired ``(Windowed(key, window), value)``."""
+        return self.fetch_all(0, _MAX)
+
+
+class SessionStore(_StoreBase):
+    """A session store (Kafka's SessionStore): aggregates per ``Windowed(key, [start, end])``.
+
+    Sessions whose end is ``<= observed stream time - retention`` are expired.
+    """
+
+    def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], *, retention_ms: int, logger: Logger | None = None) -> None:
+        super().__init__(name, backend, key_serde, value_serde, logger)
+        self.retention_ms = retention_ms
+        self.observed_stream_time = -1
+
+    def _ck(self, kb: bytes, start: int, end: int) -> bytes:
+        return kb + _QQ.pack(end, start)
+
+    def restore(self, kb: bytes, vb: bytes | None) -> None:
+        end, _ = _QQ.unpack_from(kb, len(kb) - 16)
+        self.observed_stream_time = max(self.observed_stream_time, end)
+        super().restore(kb, vb)
+
+    def put(self, session: Windowed[Any], aggregate: Any) -> None:
+        """Store (``aggregate`` None: remove) the session ``session`` (ms bounds)."""
+        self.observed_stream_time = max(self.observed_stream_time, session.window.end)
+        if session.window.end <= self.observed_stream_time - self.retention_ms:
+            return
+        kb = self.key_serde.serialize(session.key) or b""
+        vb = None if aggregate is None else self.value_serde.serialize(aggregate)
+        self._write(self._ck(kb, session.window.start, session.window.end), vb, session.window.end)
+
+    def remove(self, session: Windowed[Any]) -> None:
+        self.put(session, None)
+
+    def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
+        """Sessions of ``key`` with ``end >= earliest_session_end`` and
+        ``start <= latest_session_start`` (ms), ordered by end then start."""
+        kb = self.key_serde.serialize(key) or b""
+        lo_end = max(earliest_session_end, self.observed_stream_time - self.retention_ms + 1) if self.observed_stream_time >= 0 else earliest_session_end
+        out = []
+        for ck, vb in self.backend.range(kb + _QQ.pack(max(lo_end, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
+            if ck[:-16] != kb:
+                continue
+            end, start = _QQ.unpack_from(ck, len(ck) - 16)
+            if start <= latest_session_start:
+                out.append((Windowed(key, Window(start, end)), self.value_serde.deserialize(vb)))
+        return out
+
+    def fetch_session(self, key: Any, start: int, end: int) -> Any:
+        kb = self.key_serde.serialize(key) or b""
+        vb = self.backend.get(self._ck(kb, start, end))
+        return None if vb is None else self.value_serde.deserialize(vb)
+
+    def fetch(self, key: Any) -> list[tuple[Windowed[Any], Any]]:
+        """Every unexpired session of ``key``."""
+        return self.find_sessions(key, 0, _MAX)
+
+    def all(self) -> list[tuple[Windowed[Any], Any]]:
+        out = []
+        for ck, vb in self.backend.range(None, None):
+            end, start = _QQ.unpack_from(ck, len(ck) - 16)
+            if self.observed_stream_time >= 0 and end <= self.observed_stream_time - self.retention_ms:
+                continue
+            out.append((Windowed(self.key_serde.deserialize(ck[:-16]), Window(start, end)), self.value_serde.deserialize(vb)))
+        return out
+
+
+_TOMBSTONE = b"\x00"
+
+
+class VersionedKeyValueStore(_StoreBase):
+    """A versioned key-value store (KIP-889): every version of a key within
+    ``history_ms`` of the observed stream time. ``get(key)`` is the latest value,
+    ``get(key, as_of_timestamp)`` the value valid at that time (None if deleted or older
+    than the history retention)."""
+
+    def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], *, history_ms: int, logger: Logger | None = None) -> None:
+        super().__init__(name, backend, key_serde, value_serde, logger)
+        self.history_ms = history_ms
+        self.observed_stream_time = -1
+
+    def _decode(self, vb: bytes) -> Any:
+        return None if vb == _TOMBSTONE else self.value_serde.deserialize(vb[1:])
+
+    def put(self, key: Any, value: Any, timestamp: int) -> int:
+        """Add the version of ``key`` valid from ``timestamp`` (``value`` None: a
+        tombstone). Returns the timestamp of the previous version or -1 (as KIP-889's
+        ``put`` returns validTo semantics simplified)."""
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
+        kb = self.key_serde.serialize(key) or b""
+        vb = _TOMBSTONE if value is None else b"\x01" + (self.value_serde.serialize(value) or b"")
+        self._write(kb + _Q.pack(timestamp), vb, timestamp)
+        return timestamp
+
+    def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
+        old = self.get(key, timestamp)
+        self.put(key, None, timestamp)
+        return old
+
+    def _versions(self, kb: bytes) -> list[tuple[int, bytes]]:
+        return [(_Q.unpack_from(ck, len(ck) - 8)[0], vb) for ck, vb in self.backend.range(kb + _Q.pack(0), kb + _Q.pack(_MAX)) if ck[:-8] == kb]
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
+        """The version of ``key`` valid at ``as_of_timestamp`` (latest when None)."""
+        kb = self.key_serde.serialize(key) or b""
+        versions = self._versions(kb)
+        if as_of_timestamp is None:
+            as_of_timestamp = _MAX
+        elif self.observed_stream_time >= 0 and as_of_timestamp < self.observed_stream_time - self.history_ms:
+            return None
+        chosen = None
+        valid_to = None
+        for ts, vb in reversed(versions):
+            if ts <= as_of_timestamp:
+                chosen = (ts, vb)
+                break
+            valid_to = ts
+        if chosen is None or chosen[1] == _TOMBSTONE:
+            return None
+        return VersionedRecord(self._decode(chosen[1]), chosen[0], valid_to)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Latest non-deleted value of every key."""
+        latest: dict[bytes, bytes] = {}
+        for ck, vb in self.backend.range(None, None):
+            latest[ck[:-8]] = vb
+        for kb in sorted(latest):
+            if latest[kb] != _TOMBSTONE:
+                yield self.key_serde.deserialize(kb), self._decode(latest[kb])
