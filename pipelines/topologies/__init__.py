@@ -1,0 +1,1 @@
+"""Concrete pipelines: one module per topology, used by every layer."""
