@@ -69,6 +69,13 @@ class _StoreBase:
         self.backend.put(kb, vb)
 
     def flush(self) -> None:
+        """Flush the record cache (if any) downstream and into the bytes store. Cheap:
+        RocksDB's memtable is not written to disk (see :meth:`persist`)."""
+
+    def persist(self) -> None:
+        """Flush the cache and make the bytes store durable on disk (RocksDB memtable
+        flush); called before a checkpoint file is written."""
+        self.flush()
         self.backend.flush()
 
     def close(self) -> None:
@@ -240,7 +247,6 @@ class KeyValueStore(_StoreBase):
 
     def flush(self) -> None:
         self.flush_cache()
-        super().flush()
 
 
 def _hashable(key: Any) -> bool:
@@ -360,7 +366,6 @@ class WindowStore(_StoreBase):
 
     def flush(self) -> None:
         self.flush_cache()
-        super().flush()
 
     # -- reads
     def _rows(self, kb: bytes | None, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
@@ -403,8 +408,23 @@ class WindowStore(_StoreBase):
         return [(start, vt.value) for _, start, vt in self._rows(kb, time_from or 0, time_to)]
 
     def fetch_with_timestamps(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, ValueAndTimestamp]]:
+        """``[(window_start, ValueAndTimestamp)]`` of ``key`` for starts in ``[from, to]`` (ms)."""
+        if time_from == time_to and not self.retain_duplicates:
+            vt = self.fetch_one_with_timestamp(key, time_from)
+            return [] if vt is None else [(time_from, vt)]
         kb = self.key_serde.serialize(key) or b""
         return [(start, vt) for _, start, vt in self._rows(kb, time_from, time_to)]
+
+    def fetch_one_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
+        """The value of ``key``'s window starting at ``window_start`` (ms), or None."""
+        if self._expired(window_start):
+            return None
+        if self.cache is not None:
+            hit = self.cache.entries.get((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start))
+            if hit is not None:
+                vt = hit[1]
+                return None if vt is None or vt.value is None else vt
+        return self._decode_value(self.backend.get(self._composite(self.key_serde.serialize(key) or b"", window_start)))
 
     def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
         """``[(Windowed(key, window), value)]`` for every key and window starting in

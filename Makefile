@@ -1,0 +1,65 @@
+# duet: setup, run, test. GNU make.
+#   make setup                 venv + project (editable, dev extras) + the JVM jars (Maven)
+#   make run ARGS="..."        .venv/bin/duet run ARGS
+#   make test PYTEST_ARGS=...  pytest
+#   make clean                 remove the copied jars and caches (not the venv, not the lake)
+#   make distclean             clean, and remove the venv
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+DUET_HOME ?= $(CURDIR)/.duet
+JARS := $(DUET_HOME)/jars
+MVN ?= mvn
+MVN_FLAGS ?= -q -B
+ARGS ?=
+PYTEST_ARGS ?=
+
+VENV_STAMP := $(VENV)/.installed
+KAFKA_STAMP := $(JARS)/kafka/.copied
+DELTA_STAMP := $(JARS)/delta/.copied
+
+export DUET_HOME
+
+.PHONY: setup run test clean distclean
+
+setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+# Copy into a fresh folder, then swap it in: no stale jars from an older pom survive, and
+# a broker starting meanwhile never sees a half-copied folder.
+$(KAFKA_STAMP): jvm/kafka/pom.xml
+	@rm -rf $(JARS)/kafka.tmp && mkdir -p $(JARS)/kafka.tmp
+	$(MVN) $(MVN_FLAGS) -f jvm/kafka/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=$(JARS)/kafka.tmp -DincludeScope=runtime
+	@touch $(JARS)/kafka.tmp/.copied
+	@rm -rf $(JARS)/kafka && mv $(JARS)/kafka.tmp $(JARS)/kafka
+
+$(DELTA_STAMP): jvm/delta/pom.xml
+	@rm -rf $(JARS)/delta.tmp && mkdir -p $(JARS)/delta.tmp
+	$(MVN) $(MVN_FLAGS) -f jvm/delta/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory=$(JARS)/delta.tmp -DexcludeTransitive=true
+	@touch $(JARS)/delta.tmp/.copied
+	@rm -rf $(JARS)/delta && mv $(JARS)/delta.tmp $(JARS)/delta
+
+run: setup
+	$(VENV)/bin/duet run $(ARGS)
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Caches and the copied jars (not the venv, not the lake).
+clean:
+	rm -rf $(DUET_HOME)/jars .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	find . -path ./.git -prune -o -path ./$(VENV) -prune -o -name __pycache__ -type d -prune \
+		-exec rm -rf {} +
+
+# Also the venv.
+distclean: clean
+	rm -rf $(VENV)
