@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, NamedTuple, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -12,30 +12,29 @@ V = TypeVar("V")
 Headers = list[tuple[str, bytes | None]]
 
 
-@dataclass(frozen=True)
-class Record(Generic[K, V]):
+class Record(NamedTuple):
     """A record flowing through processors: key, value, timestamp (ms) and headers.
 
     As Kafka's ``Record``: immutable; ``with_key``/``with_value``/``with_timestamp`` return
-    copies.
+    copies. (A NamedTuple: creating and copying records is the hot path of every task.)
     """
 
-    key: K
-    value: V
+    key: Any
+    value: Any
     timestamp: int
-    headers: Headers = field(default_factory=list)
+    headers: Headers = ()  # type: ignore[assignment]
 
-    def with_key(self, key: Any) -> "Record[Any, V]":
-        return replace(self, key=key)
+    def with_key(self, key: Any) -> "Record":
+        return Record(key, self.value, self.timestamp, self.headers)
 
-    def with_value(self, value: Any) -> "Record[K, Any]":
-        return replace(self, value=value)
+    def with_value(self, value: Any) -> "Record":
+        return Record(self.key, value, self.timestamp, self.headers)
 
-    def with_timestamp(self, timestamp: int) -> "Record[K, V]":
-        return replace(self, timestamp=timestamp)
+    def with_timestamp(self, timestamp: int) -> "Record":
+        return Record(self.key, self.value, timestamp, self.headers)
 
-    def with_headers(self, headers: Headers) -> "Record[K, V]":
-        return replace(self, headers=list(headers))
+    def with_headers(self, headers: Headers) -> "Record":
+        return Record(self.key, self.value, self.timestamp, list(headers))
 
 
 @dataclass(frozen=True)
