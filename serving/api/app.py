@@ -1,0 +1,252 @@
+"""HTTP API over the merged views (FastAPI).
+
+Endpoints (times in epoch ms plus ISO-8601 UTC):
+
+* ``GET /health``: status, number of served views, batch watermark.
+* ``GET /views``: every view with its spec, row count, key count and Delta version.
+* ``GET /views/{view}``: one view.
+* ``GET /views/{view}/keys?limit=&offset=``: the sorted keys of a view.
+* ``GET /views/{view}/keys/{key}?from=&to=``: the rows of a key whose window overlaps
+  ``[from, to]``; bounds are ISO-8601 (naive = UTC) or integer epoch ms.
+* ``GET /quality``: the stored Great Expectations results by view.
+
+Errors: unknown view / key -> 404 (the view message lists the known views); a malformed time
+-> 422 naming the accepted formats; ``from > to`` -> 400. Bodies are ``{"detail": str}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from serving.api.times import ACCEPTED_TIME_FORMATS, ms_to_iso, parse_time_ms
+from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
+from serving.quality.suite import QualityResult, load_results
+from serving.views.batch import read_batch_watermark
+from serving.views.index import ViewIndex
+from serving.views.model import ViewSpec
+
+__all__ = ["create_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+# -- response models ----------------------------------------------------------------------------
+class ErrorResponse(BaseModel):
+    """An error body."""
+
+    detail: str
+
+
+class WindowModel(BaseModel):
+    """Window definition of a windowed view (ms; fields that do not apply are null)."""
+
+    kind: Literal["tumbling", "hopping", "session"]
+    size_ms: int | None = Field(None, description="window size (tumbling/hopping)")
+    advance_ms: int | None = Field(None, description="hop (hopping; = size for tumbling)")
+    grace_ms: int = Field(0, description="grace period after the window end")
+    gap_ms: int | None = Field(None, description="inactivity gap (session)")
+
+
+class ViewInfo(BaseModel):
+    """A served view."""
+
+    name: str
+    windowed: bool
+    window: WindowModel | None
+    rows: int = Field(description="number of rows")
+    keys: int = Field(description="number of distinct keys")
+    version: int = Field(description="Delta version of <lake>/serving/<view> being served")
+
+
+class ViewsResponse(BaseModel):
+    views: list[ViewInfo]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+    views: int = Field(description="number of served views")
+    batch_watermark_ms: int | None = Field(description="batch watermark, epoch ms (null: no batch yet)")
+    batch_watermark: str | None = Field(description="batch watermark, ISO-8601 UTC")
+
+
+class Row(BaseModel):
+    """One row of a view: a key (and window) with its aggregate."""
+
+    key: str
+    window_start: int | None = Field(description="epoch ms, null when not windowed")
+    window_end: int | None = Field(description="epoch ms, null when not windowed")
+    window_start_iso: str | None
+    window_end_iso: str | None
+    value: Any = Field(description="the aggregate (parsed JSON)")
+    timestamp: int = Field(description="row timestamp, epoch ms")
+    timestamp_iso: str
+    source: Literal["batch", "speed"] | None = Field(description="which layer produced the row")
+
+
+class KeyRowsResponse(BaseModel):
+    view: str
+    key: str
+    from_ms: int | None = None
+    to_ms: int | None = None
+    rows: list[Row]
+
+
+class KeysResponse(BaseModel):
+    view: str
+    total: int = Field(description="total number of keys")
+    offset: int
+    limit: int
+    keys: list[str]
+
+
+_NOT_FOUND = {404: {"model": ErrorResponse, "description": "unknown view or key"}}
+_BAD_TIME = {
+    400: {"model": ErrorResponse, "description": "from > to"},
+    422: {"model": ErrorResponse, "description": "malformed time bound"},
+}
+
+
+def _view_info(index: ViewIndex, name: str) -> ViewInfo:
+    snap = index.snapshot(name)
+    spec: ViewSpec = snap.spec
+    window = None
+    if spec.window_kind is not None:
+        window = WindowModel(kind=spec.window_kind, size_ms=spec.size_ms, advance_ms=spec.advance_ms,
+                             grace_ms=spec.grace_ms, gap_ms=spec.gap_ms)
+    return ViewInfo(name=name, windowed=spec.windowed, window=window, rows=snap.rows,
+                    keys=len(snap.ranges), version=snap.version)
+
+
+def _parse_value(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _bound(text: str | None, name: str) -> int | None:
+    return None if text is None or text == "" else parse_time_ms(text, name)
+
+
+def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
+    """Build the API over ``<lake>`` (reads ``serving/``, ``views/_batch.json``, ``quality/``).
+
+    Args:
+        lake: the lake root.
+        refresh_interval_s: how often (s, at most) the index checks for new Delta versions.
+    """
+    lake = Path(lake)
+    app = FastAPI(
+        title="duet serving",
+        version="0.1.0",
+        description="Merged lambda-architecture views: batch results for closed windows, "
+        "speed results for the fresh edge.",
+    )
+    index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
+    app.state.index = index
+    app.state.lake = lake
+
+    @app.exception_handler(UnknownViewError)
+    async def _unknown_view(_: Request, exc: UnknownViewError) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(UnknownKeyError)
+    async def _unknown_key(_: Request, exc: UnknownKeyError) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(InvalidTimeError)
+    async def _bad_time(_: Request, exc: InvalidTimeError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.get("/health", response_model=HealthResponse, tags=["meta"])
+    def health() -> HealthResponse:
+        """Liveness plus the number of served views and the batch watermark."""
+        try:
+            wm = read_batch_watermark(lake)
+        except ServingError:  # a malformed _batch.json must not make the service look down
+            log.exception("cannot read the batch watermark of %s", lake)
+            wm = None
+        return HealthResponse(status="ok", views=len(index.views()), batch_watermark_ms=wm,
+                              batch_watermark=ms_to_iso(wm))
+
+    @app.get("/views", response_model=ViewsResponse, tags=["views"])
+    def views() -> ViewsResponse:
+        """Every served view with its spec, size and Delta version."""
+        return ViewsResponse(views=[_view_info(index, v) for v in index.views()])
+
+    @app.get("/views/{view}", response_model=ViewInfo, responses=_NOT_FOUND, tags=["views"])
+    def view(view: str) -> ViewInfo:
+        """One served view."""
+        return _view_info(index, view)
+
+    @app.get("/views/{view}/keys", response_model=KeysResponse, responses=_NOT_FOUND, tags=["views"])
+    def keys(
+        view: str,
+        limit: int = Query(1000, ge=1, le=100_000, description="max keys returned"),
+        offset: int = Query(0, ge=0, description="keys to skip (sorted order)"),
+    ) -> KeysResponse:
+        """The sorted keys of a view, paginated."""
+        return KeysResponse(view=view, total=index.key_count(view), offset=offset, limit=limit,
+                            keys=index.keys(view, limit=limit, offset=offset))
+
+    @app.get(
+        "/views/{view}/keys/{key:path}",
+        response_model=KeyRowsResponse,
+        responses={**_NOT_FOUND, **_BAD_TIME},
+        tags=["views"],
+    )
+    def key_rows(
+        view: str,
+        key: str,
+        from_: str | None = Query(None, alias="from", description=f"lower bound: {ACCEPTED_TIME_FORMATS}"),
+        to: str | None = Query(None, description=f"upper bound: {ACCEPTED_TIME_FORMATS}"),
+    ) -> KeyRowsResponse:
+        """Rows of ``key`` whose window overlaps ``[from, to]`` (ignored for tables)."""
+        from_ms = _bound(from_, "from")
+        to_ms = _bound(to, "to")
+        if from_ms is not None and to_ms is not None and from_ms > to_ms:
+            raise HTTPException(
+                status_code=400,
+                detail=f"'from' ({from_ms} ms, {ms_to_iso(from_ms)}) is after "
+                f"'to' ({to_ms} ms, {ms_to_iso(to_ms)})",
+            )
+        rows = [
+            Row(
+                key=r["key"],
+                window_start=r["window_start"],
+                window_end=r["window_end"],
+                window_start_iso=ms_to_iso(r["window_start"]),
+                window_end_iso=ms_to_iso(r["window_end"]),
+                value=_parse_value(r["value"]),
+                timestamp=r["timestamp"],
+                timestamp_iso=ms_to_iso(r["timestamp"]) or "",
+                source=r["source"],
+            )
+            for r in index.query(view, key, from_ms, to_ms)
+        ]
+        return KeyRowsResponse(view=view, key=key, from_ms=from_ms, to_ms=to_ms, rows=rows)
+
+    @app.get("/quality", response_model=dict[str, QualityResult], tags=["quality"])
+    def quality() -> dict[str, QualityResult]:
+        """The stored Great Expectations results (``<lake>/quality/<view>.json``) by view."""
+        return load_results(lake)
+
+    return app
+
+
+def serve(lake: Path | str, host: str = "127.0.0.1", port: int = 8000,
+          refresh_interval_s: float = 5.0, log_level: str = "info") -> None:
+    """Run the API with uvicorn (blocking) on ``host:port``."""
+    import uvicorn
+
+    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s), host=host, port=port,
+                log_level=log_level)
