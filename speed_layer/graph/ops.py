@@ -160,11 +160,16 @@ class TableSourceOp(Op):
 
 @dataclass(frozen=True)
 class TableFilterOp(Op):
-    """KTable filter: a value failing the predicate becomes a tombstone (as Kafka's KTableFilter)."""
+    """KTable filter: a value failing the predicate becomes a tombstone (as Kafka's
+    KTableFilter). ``send_old_values`` (Kafka's sendOldValues): when set, old values are
+    filtered too and an update whose new and old value both fail is not forwarded; when
+    not set, old values are dropped and every failing update is forwarded as a tombstone.
+    ``store`` materializes the filtered table."""
 
     predicate: Callable[[Any, Any], bool]
     negate: bool = False
     store: str | None = None
+    send_old_values: bool = True
     kafka_prefix = "KTABLE-FILTER"
 
 
@@ -208,11 +213,16 @@ class AggregateOp(Op):
 
 @dataclass(frozen=True)
 class CogroupOp(Op):
-    """Cogrouped aggregation: ``aggregators`` per parent (same order as the node's parents)."""
+    """One input of a cogrouped aggregation (KIP-150; Kafka's CogroupedStreamAggregateBuilder):
+    ``aggregator(key, value, agg)`` folds this node's records into ``store``, which every
+    input of the cogroup shares (starting from ``initializer()``), optionally windowed
+    (``merger(key, agg1, agg2)`` for session windows). Each input is its own node
+    (``COGROUPKSTREAM-AGGREGATE-<n>``); their outputs meet in a ``MergeOp`` node
+    (``COGROUPKSTREAM-MERGE-<n>``, Kafka's KTablePassThrough)."""
 
     store: str
     initializer: Callable[[], Any]
-    aggregators: tuple[Callable[[Any, Any, Any], Any], ...]
+    aggregator: Callable[[Any, Any, Any], Any]
     windows: TimeWindows | SlidingWindows | SessionWindows | None = None
     merger: Callable[[Any, Any, Any], Any] | None = None
     kafka_prefix = "COGROUPKSTREAM-AGGREGATE"
@@ -261,19 +271,25 @@ class StreamTableJoinOp(Op):
 
 @dataclass(frozen=True)
 class JoinWindowStoreOp(Op):
-    """Puts each record of one side of a stream-stream join into its window ``store``."""
+    """One side of a KStream-KStream join (Kafka's KStreamJoinWindow, node
+    ``KSTREAM-WINDOWED-n``): forwards each record, then puts it (non-null key) into its
+    retain-duplicates window ``store`` at window start = record timestamp."""
 
     store: str
     windows: JoinWindows
-    kafka_prefix = "KSTREAM-JOINTHIS"
+    kafka_prefix = "KSTREAM-WINDOWED"
 
 
 @dataclass(frozen=True)
 class StreamStreamJoinOp(Op):
-    """One side of a KStream-KStream join: joins each record of this side with the other
-    side's window store. ``this_is_left`` tells which argument of ``joiner(left, right)``
-    this side supplies; ``left_outer``/``right_outer`` say which side's unmatched records
-    are emitted (after the window closes) through the shared ``outer_store``."""
+    """One side of a KStream-KStream join (Kafka's KStreamKStreamJoinLeftSide/RightSide):
+    joins each record of this side with the other side's window store ``other_store``.
+    ``this_is_left`` tells which argument of ``joiner(left, right)`` (or ``joiner(key, left,
+    right)`` with ``joiner_with_key``) this side supplies; ``left_outer``/``right_outer``
+    say which side's unmatched records are emitted, once the window closes, through the
+    shared ``outer_store`` (KIP-633 / KAFKA-10847). ``key_serde`` orders the outer store's
+    keys; ``emit_interval_ms`` throttles outer emission on wall-clock time (None: the
+    config's value, else Kafka's 1000 ms)."""
 
     this_store: str
     other_store: str
@@ -284,30 +300,52 @@ class StreamStreamJoinOp(Op):
     right_outer: bool
     outer_store: str | None = None
     joiner_with_key: bool = False
+    key_serde: Serde[Any] | None = None
+    emit_interval_ms: int | None = None
     kafka_prefix = "KSTREAM-JOINTHIS"
 
 
 @dataclass(frozen=True)
 class TableTableJoinOp(Op):
-    """One side of a KTable-KTable join, looking up ``other_store`` on each change of this
-    side; ``kind`` is inner, left or outer."""
+    """A KTable-KTable join node (Kafka's KTableKTable{Inner,Left,Right,Outer}Join and
+    KTableKTableJoinMerger). ``role`` "this"/"other": the processor of one side, looking the
+    other table up through ``other_getter`` (a ``TableValueGetter``; ``other_store`` is its
+    base store) on each change of this side; ``joiner(left, right)`` whatever the side.
+    ``role`` "merge": forwards both sides' results, materialized in ``store`` when set."""
 
-    other_store: str
-    joiner: Callable[[Any, Any], Any]
-    this_is_left: bool
     kind: Literal["inner", "left", "outer"]
+    joiner: Callable[[Any, Any], Any] | None = None
+    this_is_left: bool = True
+    role: Literal["this", "other", "merge"] = "this"
+    other_store: str | None = None
+    other_getter: Any = None
+    store: str | None = None
     kafka_prefix = "KTABLE-JOINTHIS"
 
 
 @dataclass(frozen=True)
 class ForeignKeyJoinOp(Op):
-    """KTable-KTable foreign-key join (KIP-213), executed locally per role."""
+    """One processor of a KTable-KTable foreign-key join (KIP-213), by ``role``:
+    "subscribe" (SubscriptionSendProcessor: left changes -> subscriptions keyed by FK),
+    "receive" (SubscriptionReceiveProcessor: maintains the subscription store),
+    "join_foreign" (SubscriptionJoinProcessor: looks the right table up),
+    "foreign_table" (ForeignTableJoinProcessor: right changes -> responses to subscribers),
+    "resolve" (ResponseJoinProcessor: drops stale responses, applies the joiner).
+    ``getter`` is a ``TableValueGetter`` (the right table for join_foreign, the left table
+    for subscribe/resolve); ``stores`` holds the subscription store; ``hash_store`` names the
+    store whose value serde hashes left values; ``key_serde``/``foreign_key_serde`` order
+    the subscription store's combined keys."""
 
-    role: Literal["subscribe", "respond", "resolve"]
-    foreign_key_extractor: Callable[[Any], Any] | None = None
+    role: Literal["subscribe", "receive", "join_foreign", "foreign_table", "resolve"]
+    foreign_key_extractor: Callable[..., Any] | None = None
     joiner: Callable[[Any, Any], Any] | None = None
     left: bool = False
     stores: tuple[str, ...] = ()
+    getter: Any = None
+    extractor_with_key: bool = False
+    hash_store: str | None = None
+    key_serde: Serde[Any] | None = None
+    foreign_key_serde: Serde[Any] | None = None
     kafka_prefix = "KTABLE-FK-JOIN"
 
 

@@ -11,6 +11,7 @@ from ..errors import TopologyException
 from ..graph import ops
 from ..graph.nodes import GraphNode
 from .builtin import aggregate, stateless, table
+from .builtin import fk_join, joins
 from .builtin.base import OpProcessor
 from .builtin.sink import SinkProcessor
 
@@ -32,6 +33,17 @@ def _aggregate(node: GraphNode) -> OpProcessor:
     raise TopologyException(f"{node.name}: unsupported windows {w!r}")
 
 
+def _lazy(module: str, name: str) -> Callable[[GraphNode], Any]:
+    """A factory importing ``speed_layer.processor.builtin.<module>.<name>`` on first use."""
+
+    def make(node: GraphNode) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__package__}.builtin.{module}"), name)(node)
+
+    return make
+
+
 PROCESSORS: dict[type, Callable[[GraphNode], Any]] = {
     ops.SourceOp: stateless.SourceProcessor,
     ops.SinkOp: SinkProcessor,
@@ -51,6 +63,14 @@ PROCESSORS: dict[type, Callable[[GraphNode], Any]] = {
     ops.StreamTableJoinOp: table.StreamTableJoinProcessor,
     ops.GlobalStoreOp: table.GlobalStoreProcessor,
     ops.AggregateOp: _aggregate,
+    ops.TableSelectOp: _lazy("table_aggregate", "TableSelectProcessor"),
+    ops.TableAggregateOp: _lazy("table_aggregate", "TableAggregateProcessor"),
+    ops.SuppressOp: _lazy("suppress", "SuppressProcessor"),
+    ops.CogroupOp: _lazy("cogroup", "create_cogroup_processor"),
+    ops.JoinWindowStoreOp: joins.JoinWindowProcessor,
+    ops.StreamStreamJoinOp: joins.StreamStreamJoinProcessor,
+    ops.TableTableJoinOp: joins.table_table_processor,
+    ops.ForeignKeyJoinOp: fk_join.fk_processor,
 }
 
 

@@ -1,8 +1,10 @@
 """KTable sources and stream-table joins."""
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
+from ...state.keys import ORDERED_KEY
 from ...state.stores import KeyValueStore, ValueAndTimestamp, VersionedKeyValueStore
 from ..api import Change, Record
 from .aggregate import _Forwarding
@@ -11,8 +13,10 @@ from .base import OpProcessor
 
 class TableSourceProcessor(_Forwarding):
     """Materializes the latest value per key and forwards ``Change(new, old)``; null keys
-    are dropped. With a versioned store, an update older than the key's latest version is
-    stored but not forwarded (KIP-914)."""
+    are dropped. Without a record cache every update is forwarded (a delete of an absent
+    key as ``Change(None, None)``, as Kafka's KTableSource); with one, updates go out on
+    flush and such deletes are skipped. With a versioned store, an update older than the
+    key's latest version is stored but not forwarded (KIP-914)."""
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -37,25 +41,68 @@ class TableSourceProcessor(_Forwarding):
             return
         old: ValueAndTimestamp | None = self.store.get_with_timestamp(record.key)
         self.store.put(record.key, record.value, record.timestamp)
-        if not self.caching and not (record.value is None and old is None):
+        # as Kafka's KTableSource + TimestampedTupleForwarder: without a cache every update is
+        # forwarded, a delete of an absent key too (Change(None, None)); only the cache's
+        # flush skips those
+        if not self.caching:
             self.forward(record.with_value(Change(record.value, None if old is None else old.value)))
 
 
 class StreamTableJoinProcessor(OpProcessor):
-    """KStream-KTable / KStream-GlobalKTable join: looks the table up when a stream record
-    arrives (as of the record's timestamp for a versioned table, KIP-914); table updates
-    never trigger output. Null-key stream records are dropped for inner joins; null-value
-    records are dropped (as Kafka before KIP-962)."""
+    """KStream-KTable / KStream-GlobalKTable join (Kafka's KStreamKTableJoinProcessor and
+    KStreamGlobalKTableJoinProcessor): looks the table up when a stream record arrives (as
+    of the record's timestamp for a versioned table, KIP-914); table updates never trigger
+    output; the result keeps the stream record's key and timestamp.
+
+    Null handling (KIP-962, Kafka >= 3.7): a left join forwards a record whose join key
+    (the record key, or ``key_selector(key, value)`` for a GlobalKTable) is null as
+    ``joiner(value, None)``; otherwise records with a null join key or a null value are
+    dropped (``dropped-records``).
+
+    With a grace period (``Joined.grace_ms``, KIP-923, versioned tables only) stream
+    records wait in a buffer until stream time reaches ``timestamp + grace`` and are joined
+    in ``(timestamp, key)`` order; a record already older than ``stream time - grace`` is
+    joined at once. The buffer lives in the processor (not changelogged)."""
 
     def init(self, context: Any) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.table_store)
+        self.grace_ms: int | None = self.op.grace_ms
+        self._buffer: list[tuple[int, bytes, int, Record[Any, Any]]] = []
+        self._buffer_time = -1
+        self._seq = 0
 
     def process(self, record: Record[Any, Any]) -> None:
         lookup_key = self.op.key_selector(record.key, record.value) if self.op.key_selector else record.key
-        if record.value is None or (lookup_key is None and not self.op.left) or (record.key is None and not self.op.global_table and not self.op.left):
-            self.dropped("null key or value", record)
+        if self.op.left and lookup_key is None and record.value is not None:
+            self._join(record, None)
             return
+        if lookup_key is None or record.value is None:
+            self.dropped("null join key or value", record)
+            return
+        if self.grace_ms is None or record.key is None:
+            self._join(record, lookup_key)
+            return
+        # Kafka's RocksDBTimeOrderedKeyValueBuffer: put() refuses records older than
+        # observedStreamTime - grace (joined at once), evictWhile() releases every record
+        # with timestamp <= observedStreamTime - grace in (timestamp, key bytes, seq) order
+        if self._buffer_time - self.grace_ms > record.timestamp:
+            self._join(record, lookup_key)
+        else:
+            self._buffer_time = max(self._buffer_time, record.timestamp)
+            self._seq += 1
+            heapq.heappush(self._buffer, (record.timestamp, ORDERED_KEY.serialize(record.key) or b"", self._seq, record))
+        self._evict()
+
+    def _evict(self) -> None:
+        assert self.grace_ms is not None
+        limit = self._buffer_time - self.grace_ms
+        while self._buffer and self._buffer[0][0] <= limit:
+            rec = heapq.heappop(self._buffer)[3]
+            key = self.op.key_selector(rec.key, rec.value) if self.op.key_selector else rec.key
+            self._join(rec, key)
+
+    def _join(self, record: Record[Any, Any], lookup_key: Any) -> None:
         other = None
         if lookup_key is not None:
             if isinstance(self.store, VersionedKeyValueStore):
