@@ -6,8 +6,8 @@ on Kafka with :class:`KafkaStreams`, or in-process with
 """
 from .config import StreamsConfig
 from .dsl import (
-    BranchedKStream, GlobalKTable, KGroupedStream, KGroupedTable, KStream, KTable, SessionWindowedKStream,
-    StreamsBuilder, TimeWindowedKStream,
+    BranchedKStream, CogroupedKStream, GlobalKTable, KGroupedStream, KGroupedTable, KStream, KTable, SessionWindowedKStream,
+    StreamsBuilder, TimeWindowedKStream, WindowedCogroupedKStream,
 )
 from .errors import (
     ConfigException, InvalidStateStoreException, InvalidTimestampException, SerializationException,
@@ -34,7 +34,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "StreamsConfig", "StreamsBuilder", "KStream", "BranchedKStream", "KTable", "GlobalKTable", "KGroupedStream",
-    "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream", "ConfigException", "InvalidStateStoreException",
+    "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream", "CogroupedKStream", "WindowedCogroupedKStream", "ConfigException", "InvalidStateStoreException",
     "InvalidTimestampException", "SerializationException", "StreamsException", "TopologyException", "BufferConfig",
     "Consumed", "Grouped", "Joined", "Materialized", "Named", "Produced", "Repartitioned", "StreamJoined", "Suppressed",
     "Cancellable", "Change", "Processor", "ProcessorContext", "PunctuationType", "Record", "RecordMetadata", "Serde",

@@ -217,7 +217,15 @@ class BufferConfig:
 
     @staticmethod
     def max_records_(n: int) -> "BufferConfig":
+        """At most ``n`` buffered keys; emits the oldest early when exceeded (Kafka's
+        ``BufferConfig.maxRecords``)."""
         return BufferConfig(max_records=n)
+
+    @staticmethod
+    def max_bytes_(n: int) -> "BufferConfig":
+        """At most ``n`` bytes (an estimate of Kafka's buffer size); emits the oldest early
+        when exceeded (Kafka's ``BufferConfig.maxBytes``)."""
+        return BufferConfig(max_bytes=n)
 
     def emit_early_when_full(self) -> "BufferConfig":
         return replace(self, shut_down_when_full=False)

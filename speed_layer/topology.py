@@ -212,8 +212,10 @@ class Topology:
         groups: dict[str, list[str]] = {}
         for n in names:
             groups.setdefault(find(n), []).append(n)
+        ids = self._group_ids([members[0] for members in groups.values()])
         out = []
-        for i, members in enumerate(groups.values()):
+        for members in groups.values():
+            i = ids[members[0]]
             srcs: list[str] = []
             sinks: list[str] = []
             stores: list[str] = []
@@ -228,6 +230,33 @@ class Topology:
                         stores.append(s)
             out.append(SubTopology(i, tuple(members), tuple(srcs), tuple(sinks), tuple(stores)))
         return out
+
+    def _group_ids(self, first_members: list[str]) -> dict[str, int]:
+        """Ids of node groups as Kafka's ``InternalTopologyBuilder#makeNodeGroups``: groups
+        (global-store groups included) numbered in the order of their first node, so a
+        global table declared before a stream takes id 0. Maps the first member of each
+        given (non-global) group to its id."""
+        order = {n: i for i, n in enumerate(self.nodes)}
+        firsts: list[tuple[int, str]] = [(order[m], m) for m in first_members]
+        for gn in self.global_groups().values():
+            firsts.append((min(order[m] for m in gn), ""))
+        ids: dict[str, int] = {}
+        for i, (_, m) in enumerate(sorted(firsts)):
+            if m:
+                ids[m] = i
+        return ids
+
+    def global_groups(self) -> dict[str, tuple[str, ...]]:
+        """Global-store groups: the global processor name -> (its source, the processor)."""
+        return {n.name: (*n.parents, n.name) for n in self.nodes.values() if isinstance(n.op, GlobalStoreOp)}
+
+    def global_group_ids(self) -> dict[str, int]:
+        """The sub-topology id Kafka gives each global-store group (by processor name)."""
+        order = {n: i for i, n in enumerate(self.nodes)}
+        firsts = [(min(order[m] for m in gn), name) for name, gn in self.global_groups().items()]
+        for sub in self.subtopologies():
+            firsts.append((order[sub.nodes[0]], ""))
+        return {name: i for i, (_, name) in enumerate(sorted(firsts)) if name}
 
     def walk(self) -> Iterator[GraphNode]:
         """Nodes in creation order (a topological order: parents are created first)."""

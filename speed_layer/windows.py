@@ -37,8 +37,11 @@ def to_ms(duration: Duration, name: str = "duration") -> int:
 
 @dataclass(frozen=True, order=True)
 class Window:
-    """A window ``[start, end)`` in ms. For session windows both bounds are inclusive
-    record timestamps (Kafka's SessionWindow)."""
+    """A window ``[start, end)`` in ms (Kafka's TimeWindow). For session windows both
+    bounds are inclusive record timestamps (Kafka's SessionWindow); for sliding windows
+    (KIP-450) both bounds are inclusive too and ``end = start + time difference``, as the
+    ``TimeWindow(start, start + timeDifference)`` Kafka's sliding aggregation puts in
+    ``Windowed``."""
 
     start: int
     end: int

@@ -4,5 +4,7 @@ from .builder import StreamsBuilder
 from .kstream import BranchedKStream, KStream
 from .ktable import GlobalKTable, KTable
 from .grouped import KGroupedStream, KGroupedTable, SessionWindowedKStream, TimeWindowedKStream
+from .cogroup import CogroupedKStream, WindowedCogroupedKStream
 
-__all__ = ["StreamsBuilder", "KStream", "BranchedKStream", "KTable", "GlobalKTable", "KGroupedStream", "KGroupedTable", "TimeWindowedKStream", "SessionWindowedKStream"]
+__all__ = ["StreamsBuilder", "KStream", "BranchedKStream", "KTable", "GlobalKTable", "KGroupedStream", "KGroupedTable", "TimeWindowedKStream",
+           "SessionWindowedKStream", "CogroupedKStream", "WindowedCogroupedKStream"]

@@ -1,6 +1,7 @@
 """StreamsBuilder: the entry point of the DSL (Kafka's ``StreamsBuilder``)."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,11 @@ def kv_store_spec(name: str, materialized: Materialized | None, *, timestamped: 
     return StoreSpec(name, "timestamped_key_value" if timestamped else "key_value", m.key_serde, m.value_serde, in_memory=m.store_type == "in_memory", caching=m.caching_enabled, logging=m.logging_enabled)
 
 
+def _not_null_key(key: Any, value: Any) -> bool:
+    """The repartition filter: records with a null key cannot be partitioned and are dropped."""
+    return key is not None
+
+
 class StreamsBuilder:
     """Builds a :class:`Topology` with the DSL. ``build()`` returns it."""
 
@@ -32,6 +38,12 @@ class StreamsBuilder:
     # -- internal helpers used by the DSL classes
     def _name(self, given: str | None, prefix: str) -> str:
         return given if given else self.topology.names.new(prefix)
+
+    def _burn_repartition_names(self) -> tuple[str, str, str]:
+        """Allocate the sink, filter and source indices of a repartition, as Kafka always
+        does ("burn index counter for compatibility")."""
+        names = self.topology.names
+        return names.new("KSTREAM-SINK"), names.new("KSTREAM-FILTER"), names.new("KSTREAM-SOURCE")
 
     def _repartition(
         self,
@@ -43,65 +55,104 @@ class StreamsBuilder:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
     ) -> str:
-        """Add ``<base>-repartition-filter`` (drops null keys), ``-sink`` and ``-source``
-        nodes through the internal topic ``<application.id>-<base>-repartition``; returns
-        the source node name."""
-        topic = f"{base}-repartition"
+        """Add a null-key filter, a sink and a source through the internal topic
+        ``<application.id>-<base>-repartition``; returns the source node name.
+
+        Names as Kafka's ``KStreamImpl#createRepartitionedSource``: three indices are always
+        allocated (sink, filter, source); they name the nodes when ``base`` is itself a
+        generated ``KSTREAM...-<10 digits>`` name, otherwise the nodes are
+        ``<topic>-filter``, ``<topic>-sink`` and ``<topic>-source``."""
+        topic = base if base.endswith("-repartition") else f"{base}-repartition"
+        gen_sink, gen_filter, gen_source = self._burn_repartition_names()
+        if re.fullmatch(r"KSTREAM.*-[0-9]{10}", base):
+            sink, filt, source = gen_sink, gen_filter, gen_source
+        else:
+            sink, filt, source = f"{topic}-sink", f"{topic}-filter", f"{topic}-source"
         t = self.topology
-        t.add_node(f"{topic}-filter", FilterOp(lambda k, v: k is not None), (parent,))
-        t.add_node(f"{topic}-sink", SinkOp(topic, None, key_serde, value_serde, partitioner, repartition=True), (f"{topic}-filter",))
+        t.add_node(filt, FilterOp(_not_null_key), (parent,))
+        t.add_node(sink, SinkOp(topic, None, key_serde, value_serde, partitioner, repartition=True), (filt,))
         t.add_internal_topic(InternalTopic(topic, partitions))
-        t.add_node(f"{topic}-source", SourceOp((topic,), key_serde, value_serde, repartition=True), ())
-        return f"{topic}-source"
+        t.add_node(source, SourceOp((topic,), key_serde, value_serde, repartition=True), ())
+        return source
 
     # -- public API
     def stream(self, topics: str | list[str], consumed: Consumed | None = None) -> "KStream":
-        """A KStream reading ``topics`` (one or several).
+        """A KStream reading ``topics`` (one or several), named ``KSTREAM-SOURCE-<n>`` (or
+        ``consumed.name``).
+
+        As Kafka's ``InternalStreamsBuilder#mergeDuplicateSourceNodes``, a second
+        ``stream()`` of exactly the same topics (with the same options) reads through the
+        first source node (its name index is still allocated).
 
         Raises:
-            TopologyException: if a topic is already read by another source.
+            TopologyException: if a topic is already read by a source with other topics (or
+            by a table).
         """
+        from ..errors import TopologyException
         from .kstream import KStream
 
         c = consumed or Consumed()
         tl = [topics] if isinstance(topics, str) else list(topics)
         name = self._name(c.name, "KSTREAM-SOURCE")
+        existing = self.topology.source_topics()
         for t in tl:
-            if t in self.topology.source_topics():
-                from ..errors import TopologyException
-
+            if t in existing:
+                node = self.topology.nodes[existing[t]]
+                op = node.op
+                same = (isinstance(op, SourceOp) and not op.repartition and set(op.topics) == set(tl)
+                        and op == SourceOp(op.topics, c.key_serde, c.value_serde, c.timestamp_extractor, c.offset_reset)
+                        and not any(isinstance(self.topology.nodes[ch].op, TableSourceOp) for ch in self.topology.children(node.name)))
+                if same:
+                    return KStream(self, node.name, tuple(op.topics), key_serde=c.key_serde, value_serde=c.value_serde)
+                if isinstance(op, SourceOp) and set(op.topics) != set(tl):
+                    raise TopologyException("Two source nodes are subscribed to overlapping but not equal input topics")
                 raise TopologyException(f"Topic {t} has already been registered by another source.")
         self.topology.add_node(name, SourceOp(tuple(tl), c.key_serde, c.value_serde, c.timestamp_extractor, c.offset_reset))
         return KStream(self, name, tuple(tl), key_serde=c.key_serde, value_serde=c.value_serde)
 
     def table(self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None) -> "KTable":
-        """A KTable of ``topic``: the latest value per key; null values delete. Always
-        materialized (store named by ``materialized`` or ``<topic>-STATE-STORE-<n>``);
-        the source topic serves as its changelog."""
+        """A KTable of ``topic``: the latest value per key; null values delete; records with
+        a null key are dropped (Kafka's ``StreamsBuilder#table``).
+
+        Names as Kafka: the store ``<topic>-STATE-STORE-<n>`` (unless ``materialized``
+        names it) takes the first index, then the source ``KSTREAM-SOURCE-<n>`` and the
+        table source ``KTABLE-SOURCE-<n>`` (``<consumed name>-source`` and
+        ``<consumed name>`` when ``consumed`` has a name). The table is
+        materialized when ``materialized`` names a store, otherwise only when a later
+        operation needs its values (group_by, suppress, joins, or reading ``.store``)."""
         from .ktable import KTable
 
         c = consumed or Consumed()
-        src = self._name(c.name, "KSTREAM-SOURCE")
-        self.topology.add_node(src, SourceOp((topic,), c.key_serde, c.value_serde, c.timestamp_extractor, c.offset_reset))
-        tname = self.topology.names.new("KTABLE-SOURCE")
         m = materialized or Materialized()
         store = m.store_name or self.topology.names.store_name(topic)
+        src = f"{c.name}-source" if c.name else self.topology.names.new("KSTREAM-SOURCE")
+        tname = c.name or self.topology.names.new("KTABLE-SOURCE")
         spec = replace(kv_store_spec(store, replace(m, key_serde=m.key_serde or c.key_serde, value_serde=m.value_serde or c.value_serde)), source_topic_changelog=topic)
-        self.topology.add_store(spec)
-        self.topology.add_node(tname, TableSourceOp(store), (src,), (store,))
-        self.topology.store_writers[store] = tname
-        return KTable(self, tname, (topic,), store=store, key_serde=c.key_serde, value_serde=c.value_serde)
+        for t in (topic,):
+            if t in self.topology.source_topics():
+                from ..errors import TopologyException
+
+                raise TopologyException(f"Topic {t} has already been registered by another source.")
+        self.topology.add_node(src, SourceOp((topic,), c.key_serde, c.value_serde, c.timestamp_extractor, c.offset_reset))
+        self.topology.add_node(tname, TableSourceOp(None), (src,))
+        table = KTable(self, tname, (topic,), key_serde=c.key_serde, value_serde=c.value_serde, kind="source", pending_store=spec,
+                       queryable=m.store_name is not None)
+        if m.store_name is not None:
+            table._ensure_materialized()
+        return table
 
     def global_table(self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None) -> "GlobalKTable":
         """A GlobalKTable: every instance holds all partitions of ``topic`` in a global
-        store, for lookups by any key (no co-partitioning needed)."""
+        store, for lookups by any key (no co-partitioning needed). Names as Kafka: the store
+        ``<topic>-STATE-STORE-<n>`` first, then ``KSTREAM-SOURCE-<n>`` and
+        ``KTABLE-SOURCE-<n>``."""
         from .ktable import GlobalKTable
 
         c = consumed or Consumed()
         m = materialized or Materialized()
-        src = self._name(c.name, "KSTREAM-SOURCE")
-        tname = self.topology.names.new("KTABLE-SOURCE")
         store = m.store_name or self.topology.names.store_name(topic)
+        src = f"{c.name}-source" if c.name else self.topology.names.new("KSTREAM-SOURCE")
+        tname = c.name or self.topology.names.new("KTABLE-SOURCE")
         spec = replace(kv_store_spec(store, replace(m, caching_enabled=False, key_serde=m.key_serde or c.key_serde, value_serde=m.value_serde or c.value_serde)), global_topic=topic, logging=False)
         self.topology.add_global_store(spec, src, topic, tname, None, c.key_serde, c.value_serde, c.timestamp_extractor)
         return GlobalKTable(self, tname, topic, store)

@@ -110,12 +110,21 @@ class KStream:
         return BranchedKStream(self, _n(named))
 
     def branch(self, *predicates: Callable[[Any, Any], bool], named: Named | str | None = None) -> list["KStream"]:
-        """Deprecated Kafka API: one stream per predicate; a record goes to the first match."""
-        b = self.split(named)
-        for i, p in enumerate(predicates):
-            b.branch(p, str(i))
-        out = b.no_default_branch()
-        return [out[f"{b.prefix}{i}"] for i in range(len(predicates))]
+        """Deprecated Kafka API (``KStream#branch``): one stream per predicate; a record goes
+        to the first match, records matching none are dropped. Names as Kafka:
+        ``KSTREAM-BRANCH-<n>`` (or ``named``) and one ``KSTREAM-BRANCHCHILD-<n>`` per
+        predicate (or ``<named>-predicate-<i>``)."""
+        topo = self.builder.topology
+        name = _n(named)
+        branch_name = name or topo.names.new("KSTREAM-BRANCH")
+        children = [f"{name}-predicate-{i}" if name else topo.names.new("KSTREAM-BRANCHCHILD") for i in range(len(predicates))]
+        topo.add_node(branch_name, BranchOp(tuple(predicates), tuple(children)), (self.node,))
+        out = []
+        for child in children:
+            topo.add_node(child, MergeOp(), (branch_name,))
+            out.append(KStream(self.builder, child, self.source_topics, repartition_required=self.repartition_required,
+                               key_serde=self.key_serde, value_serde=self.value_serde))
+        return out
 
     # ------------------------------------------------------------------ sinks
     def to(self, topic: str | Callable[[Any, Any, Any], str], produced: Produced | None = None) -> None:
@@ -178,18 +187,25 @@ class KStream:
         return self.select_key(selector).group_by_key(grouped)
 
     def to_table(self, named: Named | str | None = None, materialized: Materialized | None = None) -> "KTable":
-        """Interpret the stream as a changelog: the latest value per key; None deletes."""
+        """Interpret the stream as a changelog (Kafka's ``KStream#toTable``): the latest
+        value per key; None deletes; null keys are dropped. Repartitions first when the key
+        was changed (topic ``<name>-repartition``). Names as Kafka: the processor
+        ``KSTREAM-TOTABLE-<n>`` first, then the store ``KSTREAM-TOTABLE-STATE-STORE-<n>``;
+        materialized at once when ``materialized`` names a store, else when needed."""
         from .builder import kv_store_spec
         from .ktable import KTable
 
-        s = self._maybe_repartition(self.builder.topology.names.new("KSTREAM-TOTABLE"))
+        topo = self.builder.topology
         m = materialized or Materialized()
         name = self.builder._name(_n(named), "KSTREAM-TOTABLE")
-        store = m.store_name or self.builder.topology.names.store_name("KSTREAM-TOTABLE")
-        self.builder.topology.add_store(kv_store_spec(store, m))
-        self.builder.topology.add_node(name, TableSourceOp(store), (s.node,), (store,))
-        self.builder.topology.store_writers[store] = name
-        return KTable(self.builder, name, s.source_topics, store=store)
+        store = m.store_name or topo.names.store_name("KSTREAM-TOTABLE")
+        s = self._maybe_repartition(name)
+        topo.add_node(name, TableSourceOp(None), (s.node,))
+        table = KTable(self.builder, name, s.source_topics, kind="source", pending_store=kv_store_spec(store, m),
+                       queryable=m.store_name is not None)
+        if m.store_name is not None:
+            table._ensure_materialized()
+        return table
 
     # ------------------------------------------------------------------ joins
     def join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
@@ -254,42 +270,59 @@ def _consumed(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> A
 
 
 class BranchedKStream:
-    """Result of ``KStream.split()``: add branches, then finish (Kafka's BranchedKStream).
-    Branch names are ``<split name><branch name>``; unnamed branches get their index
-    (starting at 1), as Kafka."""
+    """Result of ``KStream.split()`` (Kafka's ``BranchedKStream``, KIP-418): add branches,
+    then finish with ``default_branch()`` or ``no_default_branch()``, which return
+    ``{branch name: KStream}``. A record goes to the first branch whose predicate matches.
+
+    Names as Kafka's ``BranchedKStreamImpl``: the split node is ``split(named)`` or
+    ``KSTREAM-BRANCH-<n>`` (allocated when ``split`` is called); a branch is
+    ``<split name><branch name>``, or ``<split name><i>`` for the i-th unnamed branch
+    (from 1; the default branch is ``<split name>0``); each branch also allocates one
+    ``KSTREAM-BRANCHCHILD`` index. ``chain(stream)`` runs when the branch is added; its
+    result is what the map holds (a branch whose chain returns None is left out).
+    """
 
     def __init__(self, stream: KStream, name: str | None) -> None:
         self.stream = stream
-        self.prefix = name or ""
-        self._branches: list[tuple[Callable[[Any, Any], bool] | None, str, Callable[[KStream], KStream | None] | None]] = []
+        topo = stream.builder.topology
+        self.prefix = name or topo.names.new("KSTREAM-BRANCH")
+        self._predicates: list[Callable[[Any, Any], bool] | None] = []
+        self._children: list[str] = []
+        self._out: dict[str, KStream] = {}
+        self._index = 0
+        topo.add_node(self.prefix, BranchOp((), ()), (stream.node,))
+
+    def _add(self, predicate: Callable[[Any, Any], bool] | None, name: str | None, index: int,
+             chain: Callable[[KStream], KStream | None] | None) -> None:
+        from dataclasses import replace
+
+        b = self.stream.builder
+        topo = b.topology
+        child = f"{self.prefix}{name if name is not None else index}"
+        self._predicates.append(predicate)
+        self._children.append(child)
+        node = topo.nodes[self.prefix]
+        topo.nodes[self.prefix] = replace(node, op=BranchOp(tuple(self._predicates), tuple(self._children)))
+        topo.names.new("KSTREAM-BRANCHCHILD")
+        topo.add_node(child, MergeOp(), (self.prefix,))
+        ks = KStream(b, child, self.stream.source_topics, repartition_required=self.stream.repartition_required,
+                     key_serde=self.stream.key_serde, value_serde=self.stream.value_serde)
+        result = chain(ks) if chain else ks
+        if result is not None:
+            self._out[child] = result
+        self._index += 1
 
     def branch(self, predicate: Callable[[Any, Any], bool], name: str | None = None, chain: Callable[[KStream], KStream | None] | None = None) -> "BranchedKStream":
         """Records matching ``predicate(key, value)`` (and no earlier branch) go here;
-        ``chain`` may transform the branch stream."""
-        self._branches.append((predicate, name or str(len(self._branches) + 1), chain))
+        ``chain`` may transform the branch stream (Kafka's ``Branched.withFunction``)."""
+        self._add(predicate, name, self._index + 1, chain)
         return self
 
     def default_branch(self, name: str | None = None, chain: Callable[[KStream], KStream | None] | None = None) -> dict[str, KStream]:
-        """Records matching no branch go to the default branch (named ``0`` unless given)."""
-        self._branches.append((None, name or "0", chain))
-        return self._finish()
+        """Records matching no branch go to the default branch (``<split name>0`` unless named)."""
+        self._add(None, name, 0, chain)
+        return dict(self._out)
 
     def no_default_branch(self) -> dict[str, KStream]:
         """Finish: records matching no branch are dropped."""
-        return self._finish()
-
-    def _finish(self) -> dict[str, KStream]:
-        b = self.stream.builder
-        topo = b.topology
-        branch_name = self.prefix or topo.names.new("KSTREAM-BRANCH")
-        children = [f"{self.prefix}{n}" if self.prefix else topo.names.new("KSTREAM-BRANCHCHILD") for _, n, _ in self._branches]
-        topo.add_node(branch_name, BranchOp(tuple(p for p, _, _ in self._branches), tuple(children)), (self.stream.node,))
-        out: dict[str, KStream] = {}
-        for (pred, n, chain), child in zip(self._branches, children):
-            topo.add_node(child, MergeOp(), (branch_name,))
-            ks = KStream(b, child, self.stream.source_topics, repartition_required=self.stream.repartition_required,
-                         key_serde=self.stream.key_serde, value_serde=self.stream.value_serde)
-            result = chain(ks) if chain else ks
-            if result is not None:
-                out[f"{self.prefix}{n}"] = result
-        return out
+        return dict(self._out)

@@ -73,7 +73,7 @@ def build_store(spec: StoreSpec, task_dir: Path | None, logger: Logger | None, c
     if spec.kind == "window":
         return WindowStore(spec.name, backend, ks, vs, window_size_ms=spec.window_size_ms or 0, retention_ms=spec.retention_ms or 0, retain_duplicates=spec.retain_duplicates, caching=spec.caching, logger=log, cache_max_entries=cache_max_entries)
     if spec.kind == "session":
-        return SessionStore(spec.name, backend, ks, vs, retention_ms=spec.retention_ms or 0, logger=log)
+        return SessionStore(spec.name, backend, ks, vs, retention_ms=spec.retention_ms or 0, logger=log, caching=spec.caching, cache_max_entries=cache_max_entries)
     if spec.kind == "versioned":
         return VersionedKeyValueStore(spec.name, backend, ks, vs, history_ms=spec.history_ms or 0, logger=log)
     raise ValueError(f"unknown store kind {spec.kind!r} of store {spec.name}")

@@ -155,7 +155,7 @@ class KeyValueStore(_StoreBase):
         if self.cache is not None:
             hit = self.cache.entries.get(key if _hashable(key) else self._kb(key))
             if hit is not None:
-                return hit[1]
+                return None if hit[1] is None or hit[1].value is None else hit[1]
         return self._decode_value(self.backend.get(self._kb(key)))
 
     def get(self, key: Any) -> Any:
@@ -197,9 +197,14 @@ class KeyValueStore(_StoreBase):
 
     # -- writes
     def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
-        """Insert or update (``value`` None deletes). ``timestamp`` in ms."""
+        """Insert or update (``value`` None deletes). ``timestamp`` in ms.
+
+        A cached delete keeps its timestamp (``ValueAndTimestamp(None, ts)``) so that the
+        flushed tombstone carries the deleting record's timestamp, as Kafka's cache entries
+        keep their record context."""
         vt = None if value is None else ValueAndTimestamp(value, timestamp)
         if self.cache is not None:
+            vt = ValueAndTimestamp(value, timestamp)
             ck = key if _hashable(key) else self._kb(key)
             self.cache.put(ck, key, vt)
             if len(self.cache.entries) > self.cache.max_entries:
@@ -229,7 +234,7 @@ class KeyValueStore(_StoreBase):
         old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
         self._write(kb, self._encode_value(vt), ts)
-        if self.flush_listener is not None and not (vt is None and old is None):
+        if self.flush_listener is not None and not ((vt is None or vt.value is None) and old is None):
             self.flush_listener(key, vt, old)
 
     def _evict(self) -> None:
@@ -326,13 +331,16 @@ class WindowStore(_StoreBase):
         """Put the value of ``key`` in the window starting at ``window_start`` (ms);
         ``value`` None deletes (not with retain_duplicates)."""
         self.observed_stream_time = max(self.observed_stream_time, window_start)
-        if self._expired(window_start):
-            return
         vt = None if value is None else ValueAndTimestamp(value, timestamp)
         if self.cache is not None:
+            # Kafka's CachingWindowStore caches (and later flushes and forwards) even a put
+            # older than the retention; the bytes store below is what drops expired windows
+            vt = ValueAndTimestamp(value, timestamp)  # a cached delete keeps its timestamp
             self.cache.put((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start), (key, window_start), vt)
             if len(self.cache.entries) > self.cache.max_entries:
                 self._evict()
+            return
+        if self._expired(window_start):
             return
         kb = self.key_serde.serialize(key) or b""
         if self.retain_duplicates:
@@ -349,7 +357,7 @@ class WindowStore(_StoreBase):
         old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
         self._write(kb, self._encode_value(vt), ts)
-        if self.flush_listener is not None and not (vt is None and old is None):
+        if self.flush_listener is not None and not ((vt is None or vt.value is None) and old is None):
             self.flush_listener(Windowed(key, Window(start, start + self.window_size_ms)), vt, old)
 
     def _evict(self) -> None:
@@ -439,13 +447,23 @@ class WindowStore(_StoreBase):
 class SessionStore(_StoreBase):
     """A session store (Kafka's SessionStore): aggregates per ``Windowed(key, [start, end])``.
 
-    Sessions whose end is ``<= observed stream time - retention`` are expired.
+    Sessions whose end is ``<= observed stream time - retention`` are expired. With
+    caching (Kafka's CachingSessionStore), puts and removes stay in the cache until
+    :meth:`flush_cache` (commit): a session removed and re-put within one commit reaches the
+    flush listener once, as ``(session, new, old)`` with :class:`ValueAndTimestamp` values
+    stamped with the session end; a removal of a session that never reached the store is
+    not flushed at all.
     """
 
-    def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], *, retention_ms: int, logger: Logger | None = None) -> None:
+    def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], *, retention_ms: int,
+                 logger: Logger | None = None, caching: bool = False, cache_max_entries: int = 10_000) -> None:
         super().__init__(name, backend, key_serde, value_serde, logger)
         self.retention_ms = retention_ms
         self.observed_stream_time = -1
+        #: composite key -> (session, aggregate or None for a removal), in update order
+        self.cache: dict[bytes, tuple[Windowed[Any], Any]] | None = {} if caching else None
+        self.cache_max_entries = cache_max_entries
+        self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
 
     def _ck(self, kb: bytes, start: int, end: int) -> bytes:
         return kb + _QQ.pack(end, start)
@@ -461,29 +479,73 @@ class SessionStore(_StoreBase):
         if session.window.end <= self.observed_stream_time - self.retention_ms:
             return
         kb = self.key_serde.serialize(session.key) or b""
+        ck = self._ck(kb, session.window.start, session.window.end)
+        if self.cache is not None:
+            self.cache.pop(ck, None)
+            self.cache[ck] = (session, aggregate)
+            if len(self.cache) > self.cache_max_entries:
+                self._evict()
+            return
         vb = None if aggregate is None else self.value_serde.serialize(aggregate)
-        self._write(self._ck(kb, session.window.start, session.window.end), vb, session.window.end)
+        self._write(ck, vb, session.window.end)
 
     def remove(self, session: Windowed[Any]) -> None:
         self.put(session, None)
 
+    # -- cache
+    def _evict(self) -> None:
+        assert self.cache is not None
+        ck = next(iter(self.cache))
+        session, aggregate = self.cache.pop(ck)
+        old_vb = self.backend.get(ck)
+        if aggregate is None and old_vb is None:
+            return
+        self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
+        if self.flush_listener is not None:
+            end = session.window.end
+            new = None if aggregate is None else ValueAndTimestamp(aggregate, end)
+            old = None if old_vb is None else ValueAndTimestamp(self.value_serde.deserialize(old_vb), end)
+            self.flush_listener(session, new, old)
+
+    def flush_cache(self) -> None:
+        """Write cached sessions through (and to the flush listener) in update order."""
+        while self.cache:
+            self._evict()
+
+    def flush(self) -> None:
+        self.flush_cache()
+        super().flush()
+
+    def _cached(self, kb: bytes | None) -> list[tuple[bytes, Windowed[Any], Any]]:
+        if not self.cache:
+            return []
+        return [(ck, sess, agg) for ck, (sess, agg) in self.cache.items() if kb is None or ck[:-16] == kb]
+
+    # -- reads
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
         """Sessions of ``key`` with ``end >= earliest_session_end`` and
         ``start <= latest_session_start`` (ms), ordered by end then start."""
         kb = self.key_serde.serialize(key) or b""
         lo_end = max(earliest_session_end, self.observed_stream_time - self.retention_ms + 1) if self.observed_stream_time >= 0 else earliest_session_end
-        out = []
+        rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
         for ck, vb in self.backend.range(kb + _QQ.pack(max(lo_end, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
             if ck[:-16] != kb:
                 continue
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
             if start <= latest_session_start:
-                out.append((Windowed(key, Window(start, end)), self.value_serde.deserialize(vb)))
-        return out
+                rows[ck] = (Windowed(key, Window(start, end)), self.value_serde.deserialize(vb))
+        for ck, sess, agg in self._cached(kb):
+            if sess.window.end >= lo_end and sess.window.start <= latest_session_start:
+                rows[ck] = (sess, agg)
+        return [rows[ck] for ck in sorted(rows) if rows[ck][1] is not None]
 
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
+        """The aggregate of ``key``'s session ``[start, end]`` (ms), or None."""
         kb = self.key_serde.serialize(key) or b""
-        vb = self.backend.get(self._ck(kb, start, end))
+        ck = self._ck(kb, start, end)
+        if self.cache and ck in self.cache:
+            return self.cache[ck][1]
+        vb = self.backend.get(ck)
         return None if vb is None else self.value_serde.deserialize(vb)
 
     def fetch(self, key: Any) -> list[tuple[Windowed[Any], Any]]:
@@ -491,13 +553,16 @@ class SessionStore(_StoreBase):
         return self.find_sessions(key, 0, _MAX)
 
     def all(self) -> list[tuple[Windowed[Any], Any]]:
-        out = []
+        """Every unexpired session, by serialized key, then end, then start."""
+        rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
         for ck, vb in self.backend.range(None, None):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
             if self.observed_stream_time >= 0 and end <= self.observed_stream_time - self.retention_ms:
                 continue
-            out.append((Windowed(self.key_serde.deserialize(ck[:-16]), Window(start, end)), self.value_serde.deserialize(vb)))
-        return out
+            rows[ck] = (Windowed(self.key_serde.deserialize(ck[:-16]), Window(start, end)), self.value_serde.deserialize(vb))
+        for ck, sess, agg in self._cached(None):
+            rows[ck] = (sess, agg)
+        return [rows[ck] for ck in sorted(rows) if rows[ck][1] is not None]
 
 
 _TOMBSTONE = b"\x00"
@@ -517,15 +582,26 @@ class VersionedKeyValueStore(_StoreBase):
     def _decode(self, vb: bytes) -> Any:
         return None if vb == _TOMBSTONE else self.value_serde.deserialize(vb[1:])
 
+    #: ``put`` return codes (Kafka's VersionedKeyValueStore): the put record is the latest
+    #: version (no validTo), or it was older than the history retention and not put
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
+    PUT_RETURN_CODE_NOT_PUT = -(2**63)
+
     def put(self, key: Any, value: Any, timestamp: int) -> int:
-        """Add the version of ``key`` valid from ``timestamp`` (``value`` None: a
-        tombstone). Returns the timestamp of the previous version or -1 (as KIP-889's
-        ``put`` returns validTo semantics simplified)."""
+        """Add the version of ``key`` valid from ``timestamp`` ms (``value`` None: a
+        tombstone), as KIP-889's ``put``: returns the new version's validTo (the timestamp
+        of the next newer version), ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` (-1) when it is
+        the latest version, or ``PUT_RETURN_CODE_NOT_PUT`` (Long.MIN_VALUE) when
+        ``timestamp`` is older than observed stream time - history retention (nothing is
+        stored)."""
+        if self.observed_stream_time >= 0 and timestamp < self.observed_stream_time - self.history_ms:
+            return self.PUT_RETURN_CODE_NOT_PUT
         self.observed_stream_time = max(self.observed_stream_time, timestamp)
         kb = self.key_serde.serialize(key) or b""
+        newer = [ts for ts, _ in self._versions(kb) if ts > timestamp]
         vb = _TOMBSTONE if value is None else b"\x01" + (self.value_serde.serialize(value) or b"")
         self._write(kb + _Q.pack(timestamp), vb, timestamp)
-        return timestamp
+        return min(newer) if newer else self.PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
     def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
         old = self.get(key, timestamp)

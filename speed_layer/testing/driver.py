@@ -3,9 +3,10 @@
 As Kafka's ``TopologyTestDriver``: one task per sub-topology (partition 0), real state
 stores (RocksDB in a temporary directory, or in-memory stores when so specified), a
 mocked wall clock, and topics captured in memory. Each piped record is processed
-completely, including the records it sends through repartition topics, and then every
-task commits (flushing record caches and punctuating by stream time) before
-``pipe_input`` returns.
+completely, including the records it sends through repartition topics, before
+``pipe_input`` returns; as in Kafka's driver, every task commits (flushing record caches)
+after each record processed, the piped one and each one read back from a repartition
+topic, and stream-time punctuations run after each of them.
 """
 from __future__ import annotations
 
@@ -57,10 +58,13 @@ class TopologyTestDriver:
         self.topology = topology
         self.config = StreamsConfig.of(config)
         self.wall_clock_ms = initial_wall_clock_time_ms
+        #: the stream time shared by all sub-topologies (Kafka's driver runs them as ONE task)
+        self._stream_time = -1
         self.metrics = Metrics()
         self._tmp = Path(tempfile.mkdtemp(prefix="duet-ttd-"))
         self._outputs: dict[str, _Captured] = {}
-        self._pending: deque[RawRecord] = deque()
+        #: records sent to repartition topics, per topic, waiting to be processed
+        self._pending: dict[str, deque[RawRecord]] = {}
         self._offsets: dict[str, int] = {}
         app = self.config.application_id
         self.global_stores: dict[str, Any] = {}
@@ -99,11 +103,16 @@ class TopologyTestDriver:
 
     # ------------------------------------------------------------------ collector
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers, partition: int | None) -> None:
-        """Record collector: internal topics feed their task; others are captured."""
-        if topic in self._task_by_topic and topic in self._internal:
-            self._pending.append(RawRecord(topic, 0, self._next_offset(topic), key, value, timestamp, headers))
-            return
-        self._outputs.setdefault(topic, _Captured()).records.append((key, value, timestamp, headers))
+        """Record collector, as Kafka's ``captureOutputsAndReEnqueueInternalResults``: every
+        record is captured (output topics can be read, internal ones too); a record sent to
+        a topic the topology reads (a repartition topic, a source topic as with
+        ``through``, or a global table's topic) is also piped back in."""
+        if topic not in self._internal:
+            self._outputs.setdefault(topic, _Captured()).records.append((key, value, timestamp, list(headers)))
+        if topic in self._global_tasks:
+            self._global_tasks[topic].process(RawRecord(topic, 0, self._next_offset(topic), key, value, timestamp, list(headers)))
+        elif topic in self._task_by_topic:
+            self._pending.setdefault(topic, deque()).append(RawRecord(topic, 0, self._next_offset(topic), key, value, timestamp, list(headers)))
 
     def partitions_for(self, topic: str) -> int:
         return 1
@@ -131,18 +140,40 @@ class TopologyTestDriver:
         if task is None:
             known = sorted(t for t in self._task_by_topic if t not in self._internal) + sorted(self._global_tasks)
             raise StreamsException(f"Unknown topic: {topic}; the topology reads {known}")
-        task.process(raw)
+        self._process(task, raw)
         self._drain()
 
+    def _process(self, task: StreamTask, raw: RawRecord) -> None:
+        """Process one record in ``task`` with the driver-wide stream time: Kafka's driver
+        runs every sub-topology in one task, so stream time (``current_stream_time_ms`` and
+        stream-time punctuation) is the largest timestamp processed anywhere; after the
+        record, every task's due stream-time punctuations run."""
+        task.stream_time = max(task.stream_time, self._stream_time)
+        task.process(raw)
+        self._stream_time = max(self._stream_time, task.stream_time)
+        for t in self.tasks:
+            if t is not task:
+                t.stream_time = self._stream_time
+                t.punctuate_stream_time()
+
     def _drain(self) -> None:
+        """Finish the work of one piped record, as Kafka's
+        ``TopologyTestDriver#completeAllProcessableWork``: every task commits (flushing
+        record caches) after the piped record AND after each record read back from a
+        repartition topic, so a cache folds only the updates of one record's processing.
+        The next repartition record is the one with the lowest timestamp at the head of its
+        topic (Kafka's PartitionGroup)."""
+        for t in self.tasks:
+            t.commit()
         while True:
-            while self._pending:
-                raw = self._pending.popleft()
-                self._task_by_topic[raw.topic].process(raw)
+            heads = [q for q in self._pending.values() if q]
+            if not heads:
+                return
+            q = min(heads, key=lambda q: q[0].timestamp)
+            raw = q.popleft()
+            self._process(self._task_by_topic[raw.topic], raw)
             for t in self.tasks:
                 t.commit()
-            if not self._pending:
-                return
 
     def create_input_topic(self, name: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None) -> "TestInputTopic":
         """A topic to pipe records into (serdes default to the config's)."""

@@ -3,7 +3,9 @@
 Semantics ported from Kafka Streams 3.x/4.x (KStreamAggregate, KStreamReduce,
 KStreamWindowAggregate, KStreamSessionWindowAggregate):
 
-* records with a null key or a null value are dropped (counted);
+* records with a null key are dropped (counted); so are null values, except in time and
+  session windows, whose Kafka processors (KStreamWindowAggregate,
+  KStreamSessionWindowAggregate) pass null values to the aggregator;
 * the result's timestamp is the largest timestamp of the records that built it;
 * a time window accepts a record while the processor's observed stream time is below
   ``window end + grace``; later records are dropped and counted as late;
@@ -84,15 +86,15 @@ class TimeWindowAggregateProcessor(_Forwarding):
         self._install_flush(self.store)
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None or record.value is None:
-            self.dropped("null key or value", record)
+        if record.key is None:  # Kafka's KStreamWindowAggregate drops null keys only
+            self.dropped("null key", record)
             return
         ts = record.timestamp
         self.observed_stream_time = max(self.observed_stream_time, ts)
         close_time = self.observed_stream_time - self.windows.grace_ms
         for start, window in self.windows.windows_for(ts).items():
             if window.end <= close_time:
-                self.dropped("late: window closed", record)
+                self.dropped("late: window closed", record, window=(self.op.store, record.key, start))
                 continue
             old = self.store.fetch_with_timestamps(record.key, start, start)
             old_vt = old[0][1] if old else None
@@ -107,12 +109,19 @@ class TimeWindowAggregateProcessor(_Forwarding):
                 self.forward(Record(Windowed(record.key, window), Change(agg, None if old_vt is None else old_vt.value), new_ts, record.headers))
 
 
-class SessionWindowAggregateProcessor(OpProcessor):
-    """Session window aggregation into a session store (no cache: every update is forwarded)."""
+class SessionWindowAggregateProcessor(_Forwarding):
+    """Session window aggregation into a session store (Kafka's
+    KStreamSessionWindowAggregate): only null keys are dropped (null values reach the
+    aggregator, as Kafka); merged sessions are removed and forwarded as tombstones, then
+    the merged session is put and forwarded, each stamped with its session end. With a
+    caching store (the default) these updates reach downstream at the next commit, folded
+    per session: a record inside an existing session yields one update, not a tombstone
+    and an update."""
 
     def init(self, context: Any) -> None:
         super().init(context)
         self.store: SessionStore = context.get_state_store(self.op.store)
+        self._install_flush(self.store)
         self.windows: SessionWindows = self.op.windows
         self.initializer, self.aggregator = aggregate_functions(self.op)
         merger = self.op.merger
@@ -125,8 +134,8 @@ class SessionWindowAggregateProcessor(OpProcessor):
         self.observed_stream_time = -1
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None or record.value is None:
-            self.dropped("null key or value", record)
+        if record.key is None:
+            self.dropped("null key", record)
             return
         ts = record.timestamp
         gap = self.windows.gap_ms
@@ -140,13 +149,15 @@ class SessionWindowAggregateProcessor(OpProcessor):
             agg = value if agg is None else self.merger(record.key, agg, value)
             merged_window = Window(min(merged_window.start, session.window.start), max(merged_window.end, session.window.end))
         if merged_window.end < close_time:
-            self.dropped("late: session closed", record)
+            self.dropped("late: session closed", record, window=(self.op.store, record.key, merged_window.start))
             return
         if merged_window != new_window:
             for session, value in merged:
                 self.store.remove(session)
-                self.forward(Record(session, Change(None, value), session.window.end, record.headers))
+                if not self.caching:
+                    self.forward(Record(session, Change(None, value), session.window.end, record.headers))
         agg = record.value if agg is None else self.aggregator(record.key, record.value, agg)
         key = Windowed(record.key, merged_window)
         self.store.put(key, agg)
-        self.forward(Record(key, Change(agg, None), merged_window.end, record.headers))
+        if not self.caching:
+            self.forward(Record(key, Change(agg, None), merged_window.end, record.headers))

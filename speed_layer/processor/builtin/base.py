@@ -23,7 +23,11 @@ class OpProcessor(Processor[Any, Any]):
     def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
         self.context.forward(record, child)
 
-    def dropped(self, reason: str, record: Record[Any, Any]) -> None:
-        """Count and log a dropped record (Kafka's ``dropped-records`` task metric)."""
-        self.context.record_dropped(self.node.name, reason)  # type: ignore[attr-defined]
+    def dropped(self, reason: str, record: Record[Any, Any], window: tuple[str, Any, int] | None = None) -> None:
+        """Count and log a dropped record (Kafka's ``dropped-records`` task metric);
+        ``window`` = ``(store, key, window_start)`` names the window a late record missed."""
+        if window is None:
+            self.context.record_dropped(self.node.name, reason)  # type: ignore[attr-defined]
+        else:
+            self.context.record_dropped(self.node.name, reason, window=window)  # type: ignore[attr-defined]
         log.debug("%s dropped record key=%r ts=%d: %s", self.node.name, record.key, record.timestamp, reason)

@@ -82,9 +82,39 @@ class ToStreamProcessor(OpProcessor):
         self.forward(Record(key, change.new, record.timestamp, record.headers))
 
 
-class TableFilterProcessor(OpProcessor):
-    """As Kafka's KTableFilter: values failing the predicate become None; a change where
-    both new and old become None is not forwarded."""
+class _MaterializedTable(OpProcessor):
+    """A KTable processor that may materialize its result into ``op.store`` (forwarding
+    then goes through the store's cache when caching is on, as Kafka's
+    TimestampedTupleForwarder)."""
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store: Any = context.get_state_store(self.op.store) if getattr(self.op, "store", None) else None
+        self.caching = False
+        if self.store is not None and getattr(self.store, "cache", None) is not None:
+            from ...state.stores import ValueAndTimestamp
+
+            self.caching = True
+
+            def on_flush(key: Any, new: ValueAndTimestamp | None, old: ValueAndTimestamp | None) -> None:
+                ts = new.timestamp if new is not None else (old.timestamp if old is not None else -1)
+                self.context.forward(Record(key, Change(None if new is None else new.value, None if old is None else old.value), ts))
+
+            self.store.flush_listener = on_flush
+
+    def _emit(self, record: Record[Any, Any], new: Any, old: Any) -> None:
+        if self.store is not None:
+            self.store.put(record.key, new, record.timestamp)
+            if self.caching:
+                return
+        self.forward(record.with_value(Change(new, old)))
+
+
+class TableFilterProcessor(_MaterializedTable):
+    """As Kafka's KTableFilter: values failing the predicate become None. With
+    ``send_old_values`` the old value is filtered too (read from the own store when
+    materialized) and a change whose new and old values are both None is not forwarded;
+    without it, the old value is dropped and every change is forwarded."""
 
     def _keep(self, key: Any, value: Any) -> Any:
         if value is None:
@@ -94,13 +124,22 @@ class TableFilterProcessor(OpProcessor):
     def process(self, record: Record[Any, Any]) -> None:
         change: Change[Any] = record.value
         new = self._keep(record.key, change.new)
-        old = self._keep(record.key, change.old)
-        if new is None and old is None:
+        send_old = getattr(self.op, "send_old_values", True)
+        if not send_old:
+            old = None
+        elif self.store is not None:
+            old = self.store.get(record.key)
+        else:
+            old = self._keep(record.key, change.old)
+        if send_old and new is None and old is None:
             return
-        self.forward(record.with_value(Change(new, old)))
+        self._emit(record, new, old)
 
 
-class TableMapValuesProcessor(OpProcessor):
+class TableMapValuesProcessor(_MaterializedTable):
+    """As Kafka's KTableMapValues: the mapper on the new and the old value (None stays None);
+    materialized into ``op.store`` when given."""
+
     def _map(self, key: Any, value: Any) -> Any:
         if value is None:
             return None
@@ -108,7 +147,8 @@ class TableMapValuesProcessor(OpProcessor):
 
     def process(self, record: Record[Any, Any]) -> None:
         change: Change[Any] = record.value
-        self.forward(record.with_value(Change(self._map(record.key, change.new), self._map(record.key, change.old))))
+        old = self.store.get(record.key) if self.store is not None else self._map(record.key, change.old)
+        self._emit(record, self._map(record.key, change.new), old)
 
 
 class UserProcessor(OpProcessor):

@@ -1,0 +1,160 @@
+"""``Stores`` factories and the stores' read API, on both backends (RocksDB and in-memory),
+inside a task through the Processor API and the test driver's store accessors."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from speed_layer import Processor, Record, Serdes, Stores, Topology, VersionedRecord, Window, Windowed
+from speed_layer.graph.nodes import StoreSpec
+from speed_layer.state.factories import build_store
+from speed_layer.state.stores import VersionedKeyValueStore
+from speed_layer.testing import TopologyTestDriver
+
+S = Serdes.String()
+CONFIG = {"default.key.serde": S, "default.value.serde": S}
+
+
+@pytest.fixture(params=["rocksdb", "in_memory"])
+def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[StoreSpec], Any]:
+    in_memory = request.param == "in_memory"
+
+    def make(spec: StoreSpec) -> Any:
+        from dataclasses import replace
+
+        return build_store(replace(spec, in_memory=in_memory), None if in_memory else tmp_path, None)
+
+    return make
+
+
+def test_key_value_store_read_api(backend: Callable[[StoreSpec], Any]) -> None:
+    kv = backend(Stores.key_value_store("kv"))
+    for k, v in [("b", 2), ("a", 1), ("c", 3)]:
+        kv.put(k, v)
+    assert kv.get("a") == 1 and kv.get("zz") is None
+    assert list(kv.all()) == [("a", 1), ("b", 2), ("c", 3)]
+    assert list(kv.range("a", "b")) == [("a", 1), ("b", 2)]  # both bounds inclusive
+    assert kv.put_if_absent("a", 9) == 1 and kv.get("a") == 1
+    assert kv.delete("b") == 2 and kv.get("b") is None
+    kv.put("c", None)  # a None value deletes
+    assert list(kv.all()) == [("a", 1)]
+    assert kv.approximate_num_entries() >= 1
+    kv.close()
+
+
+def test_timestamped_key_value_store(backend: Callable[[StoreSpec], Any]) -> None:
+    kv = backend(Stores.key_value_store("kv", timestamped=True))
+    kv.put("a", "x", 42)
+    assert kv.get("a") == "x"
+    vt = kv.get_with_timestamp("a")
+    assert (vt.value, vt.timestamp) == ("x", 42)
+    kv.close()
+
+
+def test_integer_keys_iterate_in_numeric_order(backend: Callable[[StoreSpec], Any]) -> None:
+    kv = backend(Stores.key_value_store("kv"))
+    for k in [10, -3, 2]:
+        kv.put(k, str(k))
+    assert [k for k, _ in kv.all()] == [-3, 2, 10]
+    kv.close()
+
+
+def test_window_store_read_api(backend: Callable[[StoreSpec], Any]) -> None:
+    ws = backend(Stores.window_store("ws", retention_ms=100, window_size_ms=10))
+    ws.put("a", 1, 0, 5)
+    ws.put("a", 2, 10, 15)
+    ws.put("b", 3, 10, 12)
+    assert ws.fetch("a", 10) == 2
+    assert ws.fetch("a", 0, 10) == [(0, 1), (10, 2)]  # window starts in [from, to]
+    assert ws.fetch_all(10, 10) == [(Windowed("a", Window(10, 20)), 2), (Windowed("b", Window(10, 20)), 3)]
+    assert ws.all()[0] == (Windowed("a", Window(0, 10)), 1)
+    ws.put("a", 9, 200, 200)  # stream time 200: windows starting at or before 100 expire
+    assert ws.fetch("a", 0, 300) == [(200, 9)]
+    ws.close()
+
+
+def test_window_store_with_duplicates(backend: Callable[[StoreSpec], Any]) -> None:
+    ws = backend(Stores.window_store("ws", retention_ms=100, window_size_ms=10, retain_duplicates=True))
+    ws.put("a", "x", 5, 5)
+    ws.put("a", "y", 5, 5)
+    assert ws.fetch("a", 0, 10) == [(5, "x"), (5, "y")]
+    ws.close()
+
+
+def test_window_store_size_must_not_exceed_retention() -> None:
+    with pytest.raises(ValueError):
+        Stores.window_store("ws", retention_ms=5, window_size_ms=10)
+
+
+def test_session_store_read_api(backend: Callable[[StoreSpec], Any]) -> None:
+    ss = backend(Stores.session_store("ss", retention_ms=100))
+    ss.put(Windowed("a", Window(0, 5)), 2)
+    ss.put(Windowed("a", Window(10, 12)), 1)
+    ss.put(Windowed("b", Window(3, 3)), 7)
+    assert ss.fetch("a") == [(Windowed("a", Window(0, 5)), 2), (Windowed("a", Window(10, 12)), 1)]
+    # sessions with end >= earliest end and start <= latest start
+    assert ss.find_sessions("a", 6, 20) == [(Windowed("a", Window(10, 12)), 1)]
+    assert ss.find_sessions("a", 0, 9) == [(Windowed("a", Window(0, 5)), 2)]
+    assert ss.fetch_session("a", 10, 12) == 1
+    ss.remove(Windowed("a", Window(10, 12)))
+    assert ss.fetch_session("a", 10, 12) is None
+    assert [w.key for w, _ in ss.all()] == ["a", "b"]
+    ss.close()
+
+
+def test_cached_session_store_reads_its_cache(backend: Callable[[StoreSpec], Any]) -> None:
+    ss = backend(Stores.with_caching_enabled(Stores.session_store("ss", retention_ms=100)))
+    flushed: list[Any] = []
+    ss.flush_listener = lambda s, new, old: flushed.append((s, None if new is None else new.value, None if old is None else old.value))
+    ss.put(Windowed("a", Window(0, 5)), 2)
+    assert ss.fetch("a") == [(Windowed("a", Window(0, 5)), 2)]
+    ss.flush()
+    ss.remove(Windowed("a", Window(0, 5)))
+    ss.put(Windowed("a", Window(0, 5)), 3)
+    assert ss.fetch_session("a", 0, 5) == 3
+    ss.flush()
+    assert flushed == [(Windowed("a", Window(0, 5)), 2, None), (Windowed("a", Window(0, 5)), 3, 2)]
+    ss.close()
+
+
+def test_versioned_store_read_api(backend: Callable[[StoreSpec], Any]) -> None:
+    vs = backend(Stores.versioned_key_value_store("vs", history_retention_ms=100))
+    assert isinstance(vs, VersionedKeyValueStore)
+    assert vs.put("a", "v1", 10) == -1
+    assert vs.put("a", "v3", 30) == -1
+    assert vs.put("a", "v2", 20) == 30  # validTo of an out-of-order version
+    assert vs.get("a") == VersionedRecord("v3", 30, None)
+    assert vs.get("a", 25) == VersionedRecord("v2", 20, 30)
+    assert vs.get("a", 10) == VersionedRecord("v1", 10, 20)
+    assert vs.get("a", 5) is None
+    assert vs.delete("a", 40) == VersionedRecord("v3", 30, None)
+    assert vs.get("a") is None and vs.get("a", 35) == VersionedRecord("v3", 30, 40)
+    assert vs.put("a", "late", 200) == -1
+    assert vs.put("a", "too-old", 50) == VersionedKeyValueStore.PUT_RETURN_CODE_NOT_PUT  # < 200 - 100
+    assert vs.get("a", 60) is None  # older than the history retention
+    vs.close()
+
+
+class _Writer(Processor[Any, Any]):
+    def init(self, context: Any) -> None:
+        self.kv = context.get_state_store("kv")
+        self.ws = context.get_state_store("ws")
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.kv.put(record.key, record.value)
+        self.ws.put(record.key, record.value, record.timestamp - record.timestamp % 10, record.timestamp)
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_stores_through_the_driver(in_memory: bool) -> None:
+    t = (Topology().add_source("src", "in").add_processor("w", _Writer, "src")
+         .add_state_store(Stores.key_value_store("kv", in_memory=in_memory), "w")
+         .add_state_store(Stores.window_store("ws", 1000, 10, in_memory=in_memory), "w"))
+    with TopologyTestDriver(t, CONFIG) as d:
+        d.create_input_topic("in").pipe_input("k", "v", 15)
+        assert d.get_key_value_store("kv").get("k") == "v"
+        assert d.get_window_store("ws").fetch("k", 10) == "v"
+        assert d.get_window_store("kv") is None  # wrong store type
+        assert set(d.get_all_state_stores()) == {"kv", "ws"}
+        assert d.get_key_value_store("kv").persistent is (not in_memory)
