@@ -64,6 +64,22 @@ class _StoreBase:
         if self.logger is not None:
             self.logger(kb, vb, timestamp)
 
+    #: values are stored as ``8-byte timestamp + value bytes`` (Kafka's ValueAndTimestamp)
+    timestamped = False
+
+    def _decode_value(self, vb: bytes | None) -> ValueAndTimestamp | None:
+        if vb is None:
+            return None
+        if self.timestamped:
+            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
+        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
+
+    def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
+        if vt is None or vt.value is None:
+            return None
+        vb = self.value_serde.serialize(vt.value) or b""
+        return _Q.pack(vt.timestamp) + vb if self.timestamped else vb
+
     def restore(self, kb: bytes, vb: bytes | None) -> None:
         """Apply one changelog record (no logging)."""
         self.backend.put(kb, vb)
@@ -135,19 +151,6 @@ class KeyValueStore(_StoreBase):
         if kb is None:
             raise ValueError(f"store {self.name}: key must not be None")
         return kb
-
-    def _decode_value(self, vb: bytes | None) -> ValueAndTimestamp | None:
-        if vb is None:
-            return None
-        if self.timestamped:
-            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
-        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
-
-    def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
-        if vt is None or vt.value is None:
-            return None
-        vb = self.value_serde.serialize(vt.value) or b""
-        return _Q.pack(vt.timestamp) + vb if self.timestamped else vb
 
     # -- reads
     def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
@@ -305,19 +308,6 @@ class WindowStore(_StoreBase):
     def _split(self, ck: bytes) -> tuple[bytes, int]:
         n = self._suffix_len()
         return ck[:-n], _Q.unpack_from(ck, len(ck) - n)[0]
-
-    def _decode_value(self, vb: bytes | None) -> ValueAndTimestamp | None:
-        if vb is None:
-            return None
-        if self.timestamped:
-            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
-        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
-
-    def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
-        if vt is None or vt.value is None:
-            return None
-        vb = self.value_serde.serialize(vt.value) or b""
-        return _Q.pack(vt.timestamp) + vb if self.timestamped else vb
 
     def _expired(self, start: int) -> bool:
         return self.observed_stream_time >= 0 and start <= self.observed_stream_time - self.retention_ms
