@@ -59,6 +59,9 @@ class Metrics:
     """Counters per task and name, e.g. ``("0_1", "dropped-records")``."""
 
     counters: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: store -> ``(key, window_start)`` of windows that records dropped as late would have
+    #: updated (the speed layer's result for them is incomplete; the batch layer's is not)
+    late_windows: dict[str, set[tuple[Any, int]]] = field(default_factory=dict)
 
     def inc(self, task_id: str, name: str, n: int = 1) -> None:
         key = (task_id, name)
@@ -139,10 +142,18 @@ class _NodeContext(ProcessorContext):
     def current_system_time_ms(self) -> int:
         return self._task.clock()
 
-    def record_dropped(self, node: str, reason: str) -> None:
+    def record_dropped(self, node: str, reason: str, window: tuple[str, Any, int] | None = None) -> None:
+        """Count a dropped record; ``window`` = ``(store, key, window_start)`` of a late record."""
         self._task.metrics.inc(self._task.task_id, "dropped-records")
         if reason.startswith("late"):
             self._task.metrics.inc(self._task.task_id, "dropped-records-late")
+        if window is not None:
+            store, key, start = window
+            try:
+                hash(key)
+            except TypeError:
+                key = repr(key)
+            self._task.metrics.late_windows.setdefault(store, set()).add((key, start))
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
         self._task.send(topic, record, op)
@@ -285,8 +296,8 @@ class StreamTask:
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         finally:
             self.current_node = None
+        self.current_metadata = None  # a punctuation has no current record (Kafka: metadata undefined)
         self.punctuate_stream_time()
-        self.current_metadata = None
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
         extractor = node.op.timestamp_extractor
@@ -298,7 +309,10 @@ class StreamTask:
         else:
             ts = raw.timestamp
         if ts is None or ts < 0:
-            if mode == "log_and_skip_on_invalid":
+            # Kafka: the built-in FailOnInvalidTimestamp throws; LogAndSkipOnInvalidTimestamp
+            # and any custom extractor returning a negative timestamp make RecordQueue skip
+            # the record (counted as dropped-records)
+            if mode == "log_and_skip_on_invalid" or extractor is not None:
                 log.warning("task %s: skipping record %s-%d@%d with invalid timestamp %s", self.task_id, raw.topic, raw.partition, raw.offset, ts)
                 self.metrics.inc(self.task_id, "dropped-records")
                 return None
@@ -360,9 +374,11 @@ class StreamTask:
 
     def _run_punctuations(self, now: int, wall: bool) -> bool:
         fired = False
-        for p in list(self._punctuations):
+        # as Kafka's PunctuationQueue: due schedules in order of their due time, each once
+        for p in sorted(self._punctuations, key=lambda p: p.due):
             if p.cancelled:
-                self._punctuations.remove(p)
+                if p in self._punctuations:
+                    self._punctuations.remove(p)
                 continue
             if getattr(p, "wall", False) != wall or now < p.due or now < 0:
                 continue

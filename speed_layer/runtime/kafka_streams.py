@@ -1,0 +1,647 @@
+"""KafkaStreams: runs a Topology on a Kafka cluster (Kafka's ``KafkaStreams``).
+
+``KafkaStreams(topology, config)`` validates the config at construction; ``start()``
+creates the internal topics (:mod:`.internal_topics`), bootstraps the global stores
+(:mod:`.global_state`), then starts ``num.stream.threads`` :class:`StreamThread` s sharing
+the tasks of the application with every other instance of the same ``application.id``
+(the consumer group). ``close()`` stops them gracefully (commit, checkpoint, close
+stores). ``store(name)`` gives read-only interactive queries over the local tasks' stores;
+``wait_until_caught_up`` tells when all input present at the call has been processed.
+
+Guarantees (``processing.guarantee``): ``at_least_once`` (default) flushes the producer
+before committing offsets, so a failure repeats records but loses none;
+``exactly_once_v2`` (KIP-447) writes outputs, changelogs and offsets in one transaction
+per thread and commit interval (``commit.interval.ms`` then defaults to 100 ms, as in
+Kafka): readers of the outputs must use ``isolation.level=read_committed``.
+
+States (Kafka's ``KafkaStreams.State``): CREATED -> REBALANCING <-> RUNNING ->
+PENDING_SHUTDOWN -> NOT_RUNNING, and PENDING_ERROR -> ERROR after a thread failed and the
+uncaught exception handler chose to shut down.
+
+Example::
+
+    streams = KafkaStreams(topology, {"application.id": "app", "bootstrap.servers": bootstrap})
+    streams.start()
+    streams.wait_until_caught_up(60)
+    print(streams.store("counts").get("alice"))
+    streams.close()
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from ..config import StreamsConfig
+from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TopologyException
+from ..graph.ops import SinkOp
+from ..state.stores import _MAX
+from ..topology import Topology
+from ..windows import Window, Windowed
+from .admin import TopicError, admin_client, ensure_topics
+from .global_state import GlobalStateUpdater
+from .internal_topics import TopologyPlan, plan_topology, reset_application
+from .record_collector import KafkaRecordCollector, PartitionCounts
+from .restore import StateDirectory
+from .stream_thread import StreamThread
+
+log = logging.getLogger("speed_layer.streams")
+
+__all__ = [
+    "KafkaStreams", "reset_application", "EXCEPTION_HANDLER_RESPONSES", "ReadOnlyKeyValueView", "ReadOnlyWindowView",
+    "ReadOnlySessionView", "ReadOnlyVersionedView",
+]
+
+#: what an uncaught exception handler may answer (Kafka's StreamThreadExceptionResponse)
+EXCEPTION_HANDLER_RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
+_TRANSITIONS = {
+    "CREATED": {"REBALANCING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
+    "REBALANCING": {"RUNNING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
+    "RUNNING": {"REBALANCING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
+    "PENDING_SHUTDOWN": {"NOT_RUNNING"},
+    "NOT_RUNNING": set(),
+    "PENDING_ERROR": {"ERROR"},
+    "ERROR": set(),
+}
+
+
+class KafkaStreams:
+    """A streams client: see the module docstring.
+
+    Args:
+        topology: what to run (from ``StreamsBuilder.build()`` or the Processor API).
+        config: Kafka-style keys (see :class:`speed_layer.StreamsConfig`);
+            ``bootstrap.servers`` is required. ``consumer.*``/``producer.*``/``admin.*``
+            keys go to those clients (prefix stripped).
+
+    Raises:
+        ConfigException: naming the key and the allowed values, at construction.
+        TopologyException: if the topology has no source.
+    """
+
+    def __init__(self, topology: Topology, config: StreamsConfig | dict[str, Any]) -> None:
+        self.config = StreamsConfig.of(config)
+        cfg = self.config
+        if not cfg.bootstrap_servers.strip():
+            raise ConfigException("bootstrap.servers must be set: host:port[,host:port...] of the Kafka cluster")
+        for key, handler in (("deserialization.exception.handler", cfg.deserialization_exception_handler),
+                             ("processing.exception.handler", cfg.processing_exception_handler)):
+            if handler == "dead_letter" and not cfg.dead_letter_queue_topic:
+                raise ConfigException(f"{key}=dead_letter requires errors.dead.letter.queue.topic.name (the dead-letter topic)")
+        if not topology.source_topics():
+            raise TopologyException("Topology has no stream threads and no global threads: add a source first")
+        self.topology = topology
+        #: Kafka: commit.interval.ms defaults to 100 ms under exactly-once, 30000 ms otherwise
+        self.commit_interval_ms = cfg.commit_interval_ms if ("commit_interval_ms" in cfg.model_fields_set or not cfg.exactly_once) else 100
+        self.state_directory = StateDirectory(cfg.state_dir, cfg.application_id)
+        self.process_id = ""
+        self.plan: TopologyPlan | None = None  # type: ignore[assignment]
+        self.partition_counts = PartitionCounts(cfg.bootstrap_servers)
+        self.global_stores: dict[str, Any] = {}
+        self._global: GlobalStateUpdater | None = None
+        self._threads: list[StreamThread] = []
+        self._dead_metrics: list[Any] = []
+        self._state = "CREATED"
+        self._lock = threading.RLock()
+        self._handler: Callable[[BaseException], str] | None = None
+        self._state_listener: Callable[[str, str], None] | None = None
+        self.errors: list[BaseException] = []
+        self._started_at = 0.0
+        self._commit_total_dead = 0
+
+    # ------------------------------------------------------------------ client configs
+    def client_overrides(self, prefix: str) -> dict[str, Any]:
+        """``<prefix>key`` entries of the config with the prefix stripped."""
+        return {k[len(prefix):]: v for k, v in self.config.client_overrides.items() if k.startswith(prefix)}
+
+    def _logger(self) -> logging.Logger:
+        return logging.getLogger("speed_layer.kafka")
+
+    def consumer_config(self, client_id: str) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "bootstrap.servers": cfg.bootstrap_servers,
+            "client.id": client_id,
+            "session.timeout.ms": cfg.session_timeout_ms,
+            "heartbeat.interval.ms": max(100, min(3000, cfg.session_timeout_ms // 3)),
+            "isolation.level": "read_committed" if cfg.exactly_once else "read_uncommitted",
+            # an empty fetch answers after this long: it bounds how soon a caught-up
+            # partition is known to be caught up (end-of-partition), on which tasks wait
+            "fetch.wait.max.ms": 20,
+            "auto.offset.reset": cfg.auto_offset_reset,
+            "logger": self._logger(),
+        }
+
+    def producer_config(self, client_id: str) -> dict[str, Any]:
+        cfg = self.config
+        conf: dict[str, Any] = {
+            "bootstrap.servers": cfg.bootstrap_servers,
+            "client.id": client_id,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "logger": self._logger(),
+        }
+        if cfg.exactly_once:
+            conf["transaction.timeout.ms"] = 10_000  # Kafka Streams' default under EOS
+        conf.update(self.client_overrides("producer."))
+        return conf
+
+    def _new_collector(self) -> KafkaRecordCollector:
+        from confluent_kafka import Producer
+
+        return KafkaRecordCollector(Producer(self.producer_config(f"{self.config.application_id}-{self.process_id}-global-producer")), self.partition_counts)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> str:
+        """One of CREATED, REBALANCING, RUNNING, PENDING_SHUTDOWN, NOT_RUNNING,
+        PENDING_ERROR, ERROR."""
+        return self._state
+
+    def _set_state(self, new: str) -> bool:
+        with self._lock:
+            old = self._state
+            if new == old or new not in _TRANSITIONS[old]:
+                return False
+            self._state = new
+        log.info("stream-client %s: state %s -> %s", self.config.application_id, old, new)
+        if self._state_listener is not None and new != old:
+            try:
+                self._state_listener(new, old)
+            except Exception:  # noqa: BLE001 - a listener must not break the client
+                log.exception("state listener failed")
+        return True
+
+    def set_state_listener(self, listener: Callable[[str, str], None]) -> None:
+        """``listener(new_state, old_state)`` on every state change (Kafka's StateListener).
+
+        Raises:
+            StreamsException: if the client was already started.
+        """
+        if self._state != "CREATED":
+            raise StreamsException("set_state_listener must be called before start()")
+        self._state_listener = listener
+
+    def set_uncaught_exception_handler(self, handler: Callable[[BaseException], str]) -> None:
+        """``handler(exc)`` runs when a stream thread dies and answers one of
+        ``REPLACE_THREAD`` (start a new thread in its place), ``SHUTDOWN_CLIENT`` (stop this
+        instance: state ERROR) or ``SHUTDOWN_APPLICATION`` (Kafka also stops every other
+        instance through the group; here only this instance stops). Without a handler:
+        SHUTDOWN_CLIENT, the error kept in :attr:`errors` (Kafka's default).
+
+        Raises:
+            StreamsException: if the client was already started.
+        """
+        if self._state != "CREATED":
+            raise StreamsException("set_uncaught_exception_handler must be called before start()")
+        self._handler = handler
+
+    def _on_thread_state_change(self, thread: StreamThread) -> None:
+        with self._lock:
+            if self._state not in ("REBALANCING", "RUNNING"):
+                return
+            alive = [t for t in self._threads if t.thread_state != "DEAD"]
+            running = bool(alive) and all(t.thread_state == "RUNNING" for t in alive)
+        self._set_state("RUNNING" if running else "REBALANCING")
+
+    def _on_thread_error(self, thread: StreamThread | None, exc: BaseException) -> None:
+        self.errors.append(exc)
+        if thread is not None:
+            self._dead_metrics.append(thread.metrics)
+            self._commit_total_dead += thread.commit_total
+        if self._state in ("PENDING_SHUTDOWN", "NOT_RUNNING", "PENDING_ERROR", "ERROR"):
+            return
+        action = "SHUTDOWN_CLIENT"
+        if self._handler is not None:
+            try:
+                answer = self._handler(exc)
+                action = str(getattr(answer, "name", answer)).upper().rsplit(".", 1)[-1]
+            except Exception:  # noqa: BLE001 - a failing handler means shut down
+                log.exception("uncaught exception handler failed: shutting down the client")
+            if action not in EXCEPTION_HANDLER_RESPONSES:
+                log.error("uncaught exception handler answered %r, not one of %s: shutting down the client", action, EXCEPTION_HANDLER_RESPONSES)
+                action = "SHUTDOWN_CLIENT"
+        if action == "REPLACE_THREAD" and thread is not None:
+            with self._lock:
+                if self._state in ("REBALANCING", "RUNNING"):
+                    new = StreamThread(self, thread.index)
+                    self._threads = [new if t is thread else t for t in self._threads]
+                    new.start()
+                    log.warning("replaced stream thread %s after %r", thread.name, exc)
+                    return
+        if action == "SHUTDOWN_APPLICATION":
+            log.error("SHUTDOWN_APPLICATION: stopping this instance (other instances are not notified)")
+        if self._set_state("PENDING_ERROR"):
+            threading.Thread(target=self._shutdown, args=(60.0, "ERROR"), name=f"{self.config.application_id}-shutdown", daemon=True).start()
+
+    # ------------------------------------------------------------------ start / close
+    def start(self) -> None:
+        """Create internal topics, bootstrap global stores and start the stream threads.
+
+        Raises:
+            StreamsException: if already started, a topic cannot be created, or the state
+                directory is used by another instance.
+            TopologyException: missing source topics or co-partitioned topics with
+                different partition counts (Kafka's CopartitionedTopicsEnforcer).
+        """
+        with self._lock:
+            if self._state != "CREATED":
+                raise StreamsException(f"KafkaStreams can only be started once (state {self._state})")
+            self._set_state("REBALANCING")
+        try:
+            self._start()
+        except BaseException:
+            self._set_state("PENDING_ERROR")
+            self._shutdown(30.0, "ERROR")
+            raise
+
+    def _start(self) -> None:
+        cfg = self.config
+        self.state_directory.lock()
+        self.process_id = self.state_directory.process_id()
+        self._started_at = time.monotonic()
+        admin = admin_client(cfg.bootstrap_servers, self.client_overrides("admin."))
+        md = admin.list_topics(timeout=30)
+
+        def count(t: str) -> int | None:
+            meta = md.topics.get(t)
+            return len(meta.partitions) if meta is not None and meta.error is None and meta.partitions else None
+
+        internal = set(self.topology.internal_topics)
+        user_sources = {t for sub in self.topology.subtopologies() for t in sub.source_topics if t not in internal}
+        self.plan = plan_topology(self.topology, cfg.application_id, {t: count(t) for t in user_sources})
+        for sid, topics in self.plan.sources.items():
+            counts = {t: self.plan.partitions[t] for t in topics}
+            if len(set(counts.values())) > 1:
+                log.warning("sub-topology %d reads topics with different partition counts %s: run a single instance with one "
+                            "stream thread, or the range assignment may split its tasks (see speed_layer.runtime.stream_thread)",
+                            sid, counts)
+        missing_globals = sorted(s.global_topic for s in self.topology.global_stores().values() if s.global_topic and count(s.global_topic) is None)
+        if missing_globals:
+            raise TopologyException(f"Missing global source topic(s) {missing_globals}: create them before starting the application")
+        sinks = {n.op.topic for n in self.topology.nodes.values() if isinstance(n.op, SinkOp) and n.op.topic and not n.op.repartition}
+        if cfg.dead_letter_queue_topic:
+            sinks.add(cfg.dead_letter_queue_topic)
+        missing_sinks = sorted(t for t in sinks if count(t) is None)
+        if missing_sinks:
+            raise StreamsException(f"Output topic(s) {missing_sinks} do not exist: create them before starting the application (Kafka Streams does not create them)")
+        try:
+            ensure_topics(cfg.bootstrap_servers, self.plan.topic_specs(cfg.replication_factor))
+        except TopicError as exc:
+            raise StreamsException(f"cannot create the internal topics: {exc}") from exc
+        for t, n in self.plan.partitions.items():
+            self.partition_counts.set(t, n)
+        for spec in self.plan.changelogs.values():
+            self.partition_counts.set(spec.name, spec.partitions)
+        if self.topology.global_stores():
+            gconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-global-consumer")
+            gconf.update(self.client_overrides("consumer."))
+            self._global = GlobalStateUpdater(self.topology, cfg, self.state_directory, gconf, self._new_collector,
+                                              lambda exc: self._on_thread_error(None, exc))
+            self.global_stores = self._global.stores
+            self._global.bootstrap()
+            self._global.start()
+        with self._lock:
+            self._threads = [StreamThread(self, i + 1) for i in range(cfg.num_stream_threads)]
+            for t in self._threads:
+                t.start()
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop gracefully: each thread commits, writes checkpoints and closes its stores;
+        then the global stores. Returns False if threads did not stop within ``timeout_s``
+        seconds (None: wait without limit)."""
+        with self._lock:
+            if self._state in ("NOT_RUNNING", "ERROR"):
+                return True
+            if self._state in ("PENDING_SHUTDOWN", "PENDING_ERROR"):
+                pending = True
+            else:
+                pending = False
+                self._set_state("PENDING_SHUTDOWN")
+        if pending:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while self._state not in ("NOT_RUNNING", "ERROR"):
+                if deadline is not None and time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+        return self._shutdown(timeout_s, "NOT_RUNNING")
+
+    def _shutdown(self, timeout_s: float | None, final: str) -> bool:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.request_shutdown()
+        ok = True
+        for t in threads:
+            if t is threading.current_thread() or not t.is_alive():
+                continue
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            ok = ok and not t.is_alive()
+        if self._global is not None:
+            try:
+                self._global.shutdown(30.0 if deadline is None else max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - closing anyway
+                log.exception("closing the global state failed")
+        self.state_directory.unlock()
+        self._set_state(final)
+        return ok
+
+    def cleanup(self) -> None:
+        """Delete this application's local state directory (Kafka's ``KafkaStreams#cleanUp``):
+        the next start restores every store from its changelog.
+
+        Raises:
+            StreamsException: if the client is running (only before start or after close).
+        """
+        if self._state not in ("CREATED", "NOT_RUNNING", "ERROR"):
+            raise StreamsException(f"cannot clean up while the client is {self._state}: call close() first")
+        self.state_directory.cleanup()
+
+    # ------------------------------------------------------------------ queries
+    def store(self, name: str) -> Any:
+        """A read-only view of store ``name`` over the local tasks (interactive queries):
+        key-value ``get/all/range/approximate_num_entries``, window
+        ``fetch/fetch_all/all``, session ``fetch/find_sessions/all``, versioned ``get``.
+        Keys live in exactly one task; ``get`` asks every local task and returns the hit.
+
+        Raises:
+            InvalidStateStoreException: unknown store, or the client is not RUNNING or
+                REBALANCING (Kafka's ``validateIsRunningOrRebalancing``).
+        """
+        if name not in self.topology.stores:
+            raise InvalidStateStoreException(f"Cannot get state store {name} because no such store is registered in the topology.")
+        self._validate_running()
+        return store_view(self, name)
+
+    def _validate_running(self) -> None:
+        if self._state not in ("RUNNING", "REBALANCING"):
+            raise InvalidStateStoreException(f"KafkaStreams is not running. State is {self._state}.")
+
+    def local_stores(self, name: str) -> list[Any]:
+        """Open instances of store ``name`` in this client's tasks (global: the one store)."""
+        if name in self.global_stores:
+            return [self.global_stores[name]]
+        out = []
+        for th in list(self._threads):
+            for task in list(th.tasks.values()):
+                st = task.stores.get(name)
+                if st is not None and st.open:
+                    out.append(st)
+        return out
+
+    def local_thread_metadata(self) -> list[dict[str, Any]]:
+        """``[{"thread": name, "state": ..., "active_tasks": [task ids]}]``."""
+        return [{"thread": t.name, "state": t.thread_state, "active_tasks": sorted(t.tasks)} for t in list(self._threads)]
+
+    # ------------------------------------------------------------------ metrics
+    def _all_metrics(self) -> list[Any]:
+        ms = [t.metrics for t in list(self._threads)] + list(self._dead_metrics)
+        if self._global is not None:
+            ms.append(self._global.metrics)
+        return list({id(m): m for m in ms}.values())
+
+    def metrics(self) -> dict[str, Any]:
+        """Client-level metrics (Kafka's names): ``process-total``, ``process-rate``
+        (records/s since start), ``dropped-records-total`` (of which
+        ``dropped-records-late-total`` late and ``dead-lettered-total`` sent to the DLQ),
+        ``commit-total``, ``enforced-processing-total``, ``restore-total`` (changelog records
+        replayed into stores), ``alive-stream-threads``, and
+        ``tasks``: ``{task id: {metric: value}}``."""
+        totals: dict[str, int] = {}
+        tasks: dict[str, dict[str, int]] = {}
+        for m in self._all_metrics():
+            for (task, name), v in dict(m.counters).items():
+                totals[name] = totals.get(name, 0) + v
+                tasks.setdefault(task, {})[name] = tasks.setdefault(task, {}).get(name, 0) + v
+        elapsed = max(1e-9, time.monotonic() - self._started_at) if self._started_at else 0.0
+        process_total = totals.get("process", 0)
+        return {
+            "process-total": process_total,
+            "process-rate": process_total / elapsed if elapsed else 0.0,
+            "dropped-records-total": totals.get("dropped-records", 0),
+            "dropped-records-late-total": totals.get("dropped-records-late", 0),
+            "dead-lettered-total": totals.get("dead-lettered", 0),
+            "enforced-processing-total": totals.get("enforced-processing", 0),
+            "restore-total": totals.get("restored-records", 0),
+            "commit-total": sum(t.commit_total for t in list(self._threads)) + self._commit_total_dead,
+            "alive-stream-threads": sum(1 for t in list(self._threads) if t.is_alive()),
+            "tasks": tasks,
+        }
+
+    def late_windows(self) -> dict[str, set[tuple[Any, int]]]:
+        """Per store, the ``(key, window_start)`` of windows that records dropped as late
+        (after window end + grace) would have updated: the speed layer's values for them
+        are incomplete."""
+        out: dict[str, set[tuple[Any, int]]] = {}
+        for m in self._all_metrics():
+            for store, windows in dict(m.late_windows).items():
+                out.setdefault(store, set()).update(set(windows))
+        return out
+
+    # ------------------------------------------------------------------ catching up
+    def wait_until_caught_up(self, timeout_s: float = 60.0) -> bool:
+        """Wait until every input partition (source topics, then repartition topics,
+        transitively) is consumed to its end offset as of the call and committed. Returns
+        False on timeout or if the client stops or fails meanwhile.
+
+        After True, every output of those records was flushed (at-least-once) or
+        committed (exactly-once) and the local stores reflect them.
+        """
+        if self.plan is None:
+            return False
+        deadline = time.monotonic() + timeout_s
+        # high watermarks, not last stable offsets: right after a transaction commits its
+        # markers may not be written yet, and the LSO would still hide its records
+        probe = Consumer({"bootstrap.servers": self.config.bootstrap_servers, "group.id": self.config.application_id,
+                          "enable.auto.commit": False, "logger": self._logger(), "isolation.level": "read_uncommitted"})
+        try:
+            targets = self._end_offsets(probe, self.plan.user_source_topics())
+            log.debug("wait_until_caught_up: source end offsets %s", targets)
+            if not self._wait_reached(probe, targets, deadline):
+                return False
+            previous: dict[tuple[str, int], int] | None = None
+            while True:
+                internal = self._end_offsets(probe, sorted(self.plan.repartition))
+                log.debug("wait_until_caught_up: repartition end offsets %s", internal)
+                if internal == previous:
+                    return True
+                if not self._wait_reached(probe, internal, deadline):
+                    return False
+                previous = internal
+        finally:
+            probe.close()
+
+    def _end_offsets(self, probe: Consumer, topics: list[str]) -> dict[tuple[str, int], int]:
+        assert self.plan is not None
+        out = {}
+        for t in topics:
+            for p in range(self.plan.partitions[t]):
+                out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+        return out
+
+    def _wait_reached(self, probe: Consumer, targets: dict[tuple[str, int], int], deadline: float) -> bool:
+        pending = {tp: end for tp, end in targets.items() if end > 0}
+        while pending:
+            if self._state not in ("RUNNING", "REBALANCING"):
+                return False
+            remote = []
+            for tp, end in list(pending.items()):
+                progress = None
+                for th in list(self._threads):
+                    progress = th.progress(tp)
+                    if progress is not None:
+                        break
+                if progress is None:
+                    remote.append(tp)
+                elif progress >= end:
+                    log.debug("caught up (local thread): %s at %d >= %d", tp, progress, end)
+                    del pending[tp]
+            if remote:
+                try:
+                    res = probe.committed([TopicPartition(t, p) for t, p in remote], timeout=10)
+                except KafkaException as exc:  # e.g. NOT_COORDINATOR while the group coordinator loads
+                    log.debug("committed offsets not available yet: %s", exc)
+                    res = []
+                for r in res:
+                    if r.error is None and r.offset >= pending[(r.topic, r.partition)]:
+                        log.debug("caught up (group offsets): %s-%d at %d >= %d", r.topic, r.partition, r.offset, pending[(r.topic, r.partition)])
+                        del pending[(r.topic, r.partition)]
+            if not pending:
+                return True
+            if time.monotonic() > deadline:
+                log.info("not caught up: %s", dict(sorted(pending.items())[:10]))
+                return False
+            time.sleep(0.05)
+        return True
+
+    def __enter__(self) -> "KafkaStreams":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KafkaStreams(application.id={self.config.application_id!r}, state={self._state})"
+
+
+# ---------------------------------------------------------------------- interactive queries
+class _StoreView:
+    """Read-only view of one store over the client's local tasks (Kafka's
+    ``CompositeReadOnly*Store``). Reads retry when a concurrent write of the stream thread
+    races them; a store closed by a rebalance raises InvalidStateStoreException."""
+
+    def __init__(self, streams: KafkaStreams, name: str) -> None:
+        self._streams, self.name = streams, name
+
+    def _stores(self) -> list[Any]:
+        self._streams._validate_running()
+        return self._streams.local_stores(self.name)
+
+    def _read(self, fn: Callable[[list[Any]], Any]) -> Any:
+        for _ in range(20):
+            try:
+                return fn(self._stores())
+            except RuntimeError:  # a dict/cache changed size during iteration: read again
+                time.sleep(0.005)
+            except InvalidStateStoreException:
+                raise
+            except Exception as exc:  # noqa: BLE001 - e.g. a store closed by a rebalance
+                raise InvalidStateStoreException(f"state store {self.name} may have migrated to another instance: {exc!r}") from exc
+        raise InvalidStateStoreException(f"state store {self.name} kept changing while being read")
+
+    def approximate_num_entries(self) -> int:
+        return int(self._read(lambda ss: sum(s.approximate_num_entries() for s in ss)))
+
+
+class ReadOnlyKeyValueView(_StoreView):
+    """``get``, ``get_with_timestamp``, ``range``, ``all`` over key-value stores."""
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key`` (None when absent)."""
+        return self._read(lambda ss: next((v for v in (s.get(key) for s in ss) if v is not None), None))
+
+    def get_with_timestamp(self, key: Any) -> Any:
+        return self._read(lambda ss: next((v for v in (s.get_with_timestamp(key) for s in ss) if v is not None), None))
+
+    def range(self, from_key: Any = None, to_key: Any = None) -> list[tuple[Any, Any]]:
+        """``(key, value)`` with ``from_key <= key <= to_key`` in serialized-key order."""
+        def rows(ss: list[Any]) -> list[tuple[Any, Any]]:
+            out = []
+            for s in ss:
+                lo = None if from_key is None else s._kb(from_key)
+                hi = None if to_key is None else s._kb(to_key)
+                out.extend((kb, k, vt.value) for kb, k, vt in s._merged(lo, hi))
+            return [(k, v) for _, k, v in sorted(out, key=lambda r: r[0])]
+        return self._read(rows)
+
+    def all(self) -> list[tuple[Any, Any]]:
+        return self.range(None, None)
+
+
+class ReadOnlyWindowView(_StoreView):
+    """``fetch``, ``fetch_all``, ``all`` over window stores (times in ms)."""
+
+    def fetch(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> Any:
+        """``fetch(key, start)``: the value of that window (or None);
+        ``fetch(key, from, to)``: ``[(window_start, value)]`` ascending."""
+        if time_to is None:
+            return self._read(lambda ss: next((v for v in (s.fetch(key, time_from) for s in ss) if v is not None), None))
+        return self._read(lambda ss: sorted((r for s in ss for r in s.fetch(key, time_from, time_to)), key=lambda r: r[0]))
+
+    def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
+        """``[(Windowed(key, window), value)]`` for windows starting in ``[from, to]``."""
+        def rows(ss: list[Any]) -> list[tuple[Windowed[Any], Any]]:
+            out = []
+            for s in ss:
+                for k, start, vt in s._rows(None, time_from, time_to):
+                    out.append(((s.key_serde.serialize(k) or b"", start), Windowed(k, Window(start, start + s.window_size_ms)), vt.value))
+            return [(w, v) for _, w, v in sorted(out, key=lambda r: r[0])]
+        return self._read(rows)
+
+    def all(self) -> list[tuple[Windowed[Any], Any]]:
+        return self.fetch_all(0, _MAX)
+
+
+class ReadOnlySessionView(_StoreView):
+    """``fetch``, ``find_sessions``, ``fetch_session``, ``all`` over session stores."""
+
+    def fetch(self, key: Any) -> list[tuple[Windowed[Any], Any]]:
+        return self._read(lambda ss: [r for s in ss for r in s.fetch(key)])
+
+    def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
+        return self._read(lambda ss: [r for s in ss for r in s.find_sessions(key, earliest_session_end, latest_session_start)])
+
+    def fetch_session(self, key: Any, start: int, end: int) -> Any:
+        return self._read(lambda ss: next((v for v in (s.fetch_session(key, start, end) for s in ss) if v is not None), None))
+
+    def all(self) -> list[tuple[Windowed[Any], Any]]:
+        return self._read(lambda ss: [r for s in ss for r in s.all()])
+
+
+class ReadOnlyVersionedView(_StoreView):
+    """``get(key, as_of_timestamp=None)`` and ``all`` over versioned stores."""
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> Any:
+        return self._read(lambda ss: next((v for v in (s.get(key, as_of_timestamp) for s in ss) if v is not None), None))
+
+    def all(self) -> list[tuple[Any, Any]]:
+        return self._read(lambda ss: [r for s in ss for r in s.all()])
+
+
+def store_view(streams: KafkaStreams, name: str) -> _StoreView:
+    """The read-only view matching the kind of store ``name``."""
+    kind = streams.topology.stores[name].kind
+    if kind == "window":
+        return ReadOnlyWindowView(streams, name)
+    if kind == "session":
+        return ReadOnlySessionView(streams, name)
+    if kind == "versioned":
+        return ReadOnlyVersionedView(streams, name)
+    return ReadOnlyKeyValueView(streams, name)

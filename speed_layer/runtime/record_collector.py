@@ -1,0 +1,183 @@
+"""The record collector: how tasks send records to Kafka (Kafka's ``RecordCollectorImpl``).
+
+One collector per stream thread wraps the thread's producer. It chooses the partition of
+every record itself (murmur2 of the key bytes, as the Java client; round-robin for null
+keys), remembers the offset of the last acknowledged record per changelog partition (for
+checkpoints), and turns a failed delivery into a :class:`StreamsException` at the next
+``send`` or ``flush`` (as Kafka's collector rethrows the first send error).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from ..errors import StreamsException
+from .partitioning import RoundRobin, partition_for_key
+
+log = logging.getLogger("speed_layer.collector")
+
+Headers = list[tuple[str, bytes | None]]
+
+__all__ = ["KafkaRecordCollector", "PartitionCounts"]
+
+
+class PartitionCounts:
+    """Partition counts of topics from metadata, cached (shared by the threads of one
+    instance). Topics of a running application do not change partition counts."""
+
+    def __init__(self, bootstrap: str, known: dict[str, int] | None = None) -> None:
+        self._bootstrap = bootstrap
+        self._counts: dict[str, int] = dict(known or {})
+        self._lock = threading.Lock()
+
+    def set(self, topic: str, n: int) -> None:
+        with self._lock:
+            self._counts[topic] = n
+
+    def get(self, topic: str, client: Any, timeout_s: float = 10.0) -> int:
+        """Partition count of ``topic`` (``client`` answers ``list_topics``).
+
+        Raises:
+            StreamsException: if the topic does not exist after ``timeout_s`` seconds.
+        """
+        n = self._counts.get(topic)
+        if n is not None:
+            return n
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = client.list_topics(topic, timeout=max(0.5, deadline - time.monotonic()))
+            t = md.topics.get(topic)
+            if t is not None and t.error is None and t.partitions:
+                self.set(topic, len(t.partitions))
+                return len(t.partitions)
+            if time.monotonic() >= deadline:
+                raise StreamsException(f"Topic {topic} not present in metadata after {timeout_s} s: create it before sending to it")
+            time.sleep(0.2)
+
+
+class KafkaRecordCollector:
+    """Implements the task's ``RecordCollector`` over a confluent-kafka ``Producer``.
+
+    ``send(topic, key, value, timestamp_ms, headers, partition)``: ``partition`` None means
+    murmur2 of ``key`` (null key: round-robin). Delivery reports update
+    :attr:`acked_offsets` (``{(topic, partition): offset + 1}``) and record the first error.
+    """
+
+    def __init__(self, producer: Producer, counts: PartitionCounts, *, transactional: bool = False) -> None:
+        self.producer = producer
+        self.counts = counts
+        self.transactional = transactional
+        self.round_robin = RoundRobin()
+        self.acked_offsets: dict[tuple[str, int], int] = {}
+        self.sent = 0
+        #: partitions whose sends are tracked until this thread consumes them back (the
+        #: repartition partitions it owns): timestamps (ms) of unacknowledged sends and
+        #: ``(offset, timestamp)`` of acknowledged ones
+        self.tracked: set[tuple[str, int]] = set()
+        self._unacked: dict[tuple[str, int], deque[int]] = {}
+        self._acked: dict[tuple[str, int], deque[tuple[int, int]]] = {}
+        self._error: KafkaError | None = None
+        self._error_topic: str | None = None
+
+    # -- delivery reports
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        tp = (msg.topic(), msg.partition())
+        unacked = self._unacked.get(tp)
+        if err is not None:
+            if unacked:
+                unacked.popleft()
+            if self._error is None:
+                self._error, self._error_topic = err, msg.topic()
+            return
+        if unacked:
+            self._acked.setdefault(tp, deque()).append((msg.offset(), unacked.popleft()))
+        off = msg.offset() + 1
+        if off > self.acked_offsets.get(tp, -1):
+            self.acked_offsets[tp] = off
+
+    def pending_timestamp(self, tp: tuple[str, int], consumed_next: int) -> int | None:
+        """Timestamp (ms) of the oldest record this collector sent to a tracked partition
+        that is not yet consumed back (offsets below ``consumed_next`` are); None if none."""
+        acked = self._acked.get(tp)
+        while acked and acked[0][0] < consumed_next:
+            acked.popleft()
+        if acked:
+            return acked[0][1]
+        unacked = self._unacked.get(tp)
+        return unacked[0] if unacked else None
+
+    def track(self, tp: tuple[str, int]) -> None:
+        self.tracked.add(tp)
+
+    def untrack(self, tp: tuple[str, int]) -> None:
+        self.tracked.discard(tp)
+        self._acked.pop(tp, None)
+        self._unacked.pop(tp, None)
+
+    def check_error(self) -> None:
+        """Raise the first delivery error seen (Kafka's ``RecordCollector#checkForException``).
+
+        Raises:
+            StreamsException: naming the topic and Kafka's error.
+        """
+        if self._error is not None:
+            err, topic = self._error, self._error_topic
+            self._error = None
+            raise StreamsException(f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})")
+
+    # -- RecordCollector protocol
+    def partitions_for(self, topic: str) -> int:
+        return self.counts.get(topic, self.producer)
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers, partition: int | None) -> None:
+        """Produce one record (asynchronously; ``flush`` waits for acknowledgements).
+
+        Raises:
+            StreamsException: on an earlier delivery error, or when the topic is unknown.
+        """
+        self.check_error()
+        n = self.partitions_for(topic)
+        if partition is None:
+            partition = partition_for_key(key, n) if key is not None else self.round_robin.next(topic, n)
+        elif not 0 <= partition < n:
+            raise StreamsException(f"partition {partition} out of range for topic {topic} with {n} partitions")
+        kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition, "on_delivery": self._on_delivery}
+        if timestamp >= 0:
+            kwargs["timestamp"] = timestamp
+        if headers:
+            kwargs["headers"] = [(k, v) for k, v in headers]
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                # local queue full: serve delivery reports and retry (Kafka blocks in send)
+                self.producer.poll(0.1)
+            except KafkaException as exc:
+                raise StreamsException(f"Error sending record to topic {topic}: {exc}") from exc
+        self.sent += 1
+        if (topic, partition) in self.tracked:
+            self._unacked.setdefault((topic, partition), deque()).append(timestamp)
+        self.producer.poll(0)
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until every sent record is acknowledged (Kafka's ``flush`` before commit).
+
+        Raises:
+            StreamsException: if a delivery failed or records remain after ``timeout_s``.
+        """
+        left = self.producer.flush(timeout_s)
+        self.check_error()
+        if left:
+            raise StreamsException(f"{left} record(s) not acknowledged after {timeout_s} s")
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush what is still queued (best effort: errors are logged, not raised)."""
+        left = self.producer.flush(timeout_s)
+        if left:
+            log.warning("%d record(s) not delivered at close", left)

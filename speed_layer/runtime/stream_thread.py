@@ -1,0 +1,672 @@
+"""StreamThread: one consumer, one producer, the tasks of its partitions (Kafka's
+``StreamThread`` + ``TaskManager``).
+
+Loop (``runOnce``): poll records into the tasks' per-partition buffers (pausing partitions
+whose buffer holds ``buffered.records.per.partition`` records, resuming them when drained);
+process records, each task taking the buffered record with the lowest timestamp
+(``PartitionGroup``) once every input partition has data or is known to be caught up
+(KIP-695: ``max.task.idle.ms`` = 0 waits only for data known to be on the broker, > 0 also
+waits that long for an empty caught-up partition, -1 never waits); run wall-clock
+punctuations; commit every ``commit.interval.ms`` (ms).
+
+Commit (``TaskManager#commit``): ``task.commit()`` flushes record caches (forwarding their
+updates) and stores; at-least-once then flushes the producer, commits the next offsets to
+read synchronously, and writes the task checkpoints; exactly-once (``exactly_once_v2``,
+KIP-447) sends the offsets to the open transaction and commits it.
+
+Assignment: the consumer uses the ``range`` assignor. Kafka Streams assigns by *task* with
+its own assignor; librdkafka cannot load one, but ``range`` gives partition ``i`` of every
+equally-partitioned topic to the same member (members sorted the same way for every topic
+they all subscribe to), so a task's co-partitioned inputs stay together. Limitation: with
+several members (threads or instances), every topic read by one sub-topology must have the
+same partition count (otherwise the same task could be created twice). Rebalances are
+eager: on revocation the thread commits and closes its tasks cleanly (checkpoints
+written); on assignment it restores the new tasks from their changelogs before
+processing.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from ..errors import StreamsException
+from .record_collector import KafkaRecordCollector
+from .restore import ChangelogRestorer, RestoreEntry, delete_checkpoint, read_checkpoint, write_checkpoint
+from .task import Metrics, RawRecord, StreamTask
+
+if TYPE_CHECKING:
+    from .kafka_streams import KafkaStreams
+
+log = logging.getLogger("speed_layer.thread")
+
+__all__ = ["StreamThread"]
+
+TP = tuple[str, int]
+#: how long a task waits for a partition whose lag is unknown (no record, no end-of-partition yet), s
+UNKNOWN_LAG_WAIT_S = 5.0
+_COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+#: how long a subscribed topic may be reported missing before the thread fails, s
+MISSING_TOPIC_TIMEOUT_S = 30.0
+#: records processed between two polls of the consumer
+MAX_RECORDS_PER_LOOP = 1000
+#: Kafka's ``repartition.purge.interval.ms`` default (30 s)
+REPARTITION_PURGE_INTERVAL_S = 30.0
+
+
+def _head_timestamp(task: StreamTask) -> int:
+    """The lowest timestamp (ms) among the heads of a task's partition buffers."""
+    return min((q[0].timestamp for q in task._queues.values() if q), default=-1)
+
+
+class StreamThread(threading.Thread):
+    """See the module docstring. States (Kafka's ``StreamThread.State``): CREATED, STARTING,
+    PARTITIONS_REVOKED, PARTITIONS_ASSIGNED, RUNNING, PENDING_SHUTDOWN, DEAD."""
+
+    def __init__(self, streams: "KafkaStreams", index: int) -> None:
+        super().__init__(name=f"{streams.config.application_id}-StreamThread-{index}", daemon=True)
+        self.streams = streams
+        self.index = index
+        self.config = streams.config
+        self.plan = streams.plan
+        self.topology = streams.topology
+        self.eos = self.config.exactly_once
+        self.metrics = Metrics()
+        self.thread_state = "CREATED"
+        self.tasks: dict[str, StreamTask] = {}
+        self.task_tps: dict[str, list[TP]] = {}
+        self.tp_task: dict[TP, StreamTask] = {}
+        self._task_locks: dict[str, threading.Lock] = {}
+        #: per task: {changelog or source tp: "changelog" | "source"} of persistent stores
+        self._store_tps: dict[str, dict[TP, str]] = {}
+        self._restored_end: dict[TP, int] = {}
+        self.committed: dict[TP, int] = {}
+        self.eof: dict[TP, bool] = {}
+        self._paused: set[TP] = set()
+        self._idle_since: dict[str, float] = {}
+        self._thread_wait_since: float | None = None
+        self._missing_since: float | None = None
+        #: repartition partitions owned (their own sends are tracked by the collector)
+        self._tracked: set[TP] = set()
+        self._fetched_next: dict[TP, int] = {}
+        self._last_checkpoint: dict[str, dict[TP, int]] = {}
+        self._purged: dict[TP, int] = {}
+        self._last_purge = time.monotonic()
+        self._admin: Any = None
+        self._in_txn = False
+        self._stopping = threading.Event()
+        self._callback_error: BaseException | None = None
+        self._last_commit = time.monotonic()
+        self.commit_total = 0
+        self.error: BaseException | None = None
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+        self.collector: KafkaRecordCollector | None = None
+        self.restorer: ChangelogRestorer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _set_state(self, state: str) -> None:
+        if self.thread_state in ("PENDING_SHUTDOWN", "DEAD") and state not in ("DEAD",):
+            return
+        self.thread_state = state
+        self.streams._on_thread_state_change(self)
+
+    def _setup_clients(self) -> None:
+        s = self.streams
+        client_id = f"{self.config.application_id}-{s.process_id}-StreamThread-{self.index}"
+        cconf = s.consumer_config(client_id=f"{client_id}-consumer")
+        cconf.update({
+            "group.id": self.config.application_id,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "partition.assignment.strategy": "range",
+        })
+        cconf.update(s.client_overrides("consumer."))
+        self.consumer = Consumer(cconf)
+        pconf = s.producer_config(client_id=f"{client_id}-producer")
+        if self.eos:
+            pconf["transactional.id"] = f"{self.config.application_id}-{s.process_id}-{self.index}"
+        self.producer = Producer(pconf)
+        if self.eos:
+            self.producer.init_transactions(60)
+        self.collector = KafkaRecordCollector(self.producer, s.partition_counts, transactional=self.eos)
+        rconf = s.consumer_config(client_id=f"{client_id}-restore-consumer")
+        rconf.update(s.client_overrides("consumer."))
+        self.restorer = ChangelogRestorer(rconf)
+
+    def run(self) -> None:
+        try:
+            self._set_state("STARTING")
+            self._setup_clients()
+            assert self.consumer is not None
+            topics = self.plan.input_topics()
+            self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+            while not self._stopping.is_set():
+                self._run_once()
+            self._shutdown(clean=True)
+        except BaseException as exc:  # noqa: BLE001 - handed to the uncaught exception handler
+            self.error = exc
+            log.error("stream thread %s failed: %r", self.name, exc, exc_info=exc)
+            try:
+                self._shutdown(clean=False)
+            except BaseException:  # noqa: BLE001 - already failing: log and go on
+                log.exception("stream thread %s: error while closing after a failure", self.name)
+            self._set_state("DEAD")
+            self.streams._on_thread_error(self, exc)
+            return
+        self._set_state("DEAD")
+
+    def request_shutdown(self) -> None:
+        """Ask the thread to stop after the current iteration (it commits and closes cleanly)."""
+        self._stopping.set()
+
+    def _shutdown(self, clean: bool) -> None:
+        self._set_state("PENDING_SHUTDOWN")
+        try:
+            if clean:
+                try:
+                    self._close_tasks(list(self.tasks), clean=True)
+                except BaseException:
+                    self._close_tasks(list(self.tasks), clean=False)
+                    raise
+            else:
+                self._close_tasks(list(self.tasks), clean=False)
+        finally:
+            if self.consumer is not None:
+                try:
+                    self.consumer.close()
+                except Exception:  # noqa: BLE001 - closing anyway
+                    log.exception("closing the consumer failed")
+                self.consumer = None
+            if self.producer is not None:
+                if self._in_txn:
+                    try:
+                        self.producer.abort_transaction(10)
+                    except Exception:  # noqa: BLE001
+                        log.exception("aborting the transaction at close failed")
+                    self._in_txn = False
+                self.producer.flush(10)
+                self.producer = None
+            if self.restorer is not None:
+                self.restorer.close()
+                self.restorer = None
+
+    # ------------------------------------------------------------------ rebalance callbacks
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        try:
+            self._set_state("PARTITIONS_ASSIGNED")
+            tps = [(p.topic, p.partition) for p in partitions]
+            committed = self._committed_offsets(tps)
+            assignment = []
+            for t, p in tps:
+                off = committed.get((t, p))
+                if off is None:
+                    off = OFFSET_BEGINNING if self._reset_policy(t) == "earliest" else OFFSET_END
+                assignment.append(TopicPartition(t, p, off))
+            consumer.assign(assignment)
+            self._create_tasks(tps, committed)
+            self._last_commit = time.monotonic()
+            self._set_state("RUNNING")
+        except BaseException as exc:  # noqa: BLE001 - re-raised from the poll loop
+            self._callback_error = exc
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        try:
+            if self.tasks:
+                self._set_state("PARTITIONS_REVOKED")
+                self._close_tasks(list(self.tasks), clean=True)
+        except BaseException as exc:  # noqa: BLE001
+            self._close_tasks(list(self.tasks), clean=False)
+            self._callback_error = exc
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("stream thread %s lost its partitions (session timed out): closing tasks dirty", self.name)
+        try:
+            self._close_tasks(list(self.tasks), clean=False)
+        except BaseException as exc:  # noqa: BLE001
+            self._callback_error = exc
+
+    def _reset_policy(self, topic: str) -> str:
+        if topic in self.plan.repartition:
+            return "earliest"  # internal topics are always read from the beginning
+        node = self.topology.nodes.get(self.topology.source_topics().get(topic, ""))
+        policy = getattr(getattr(node, "op", None), "offset_reset", None)
+        return str(policy or self.config.auto_offset_reset).lower()
+
+    def _committed_offsets(self, tps: list[TP]) -> dict[TP, int]:
+        if not tps:
+            return {}
+        assert self.consumer is not None
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                res = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                # the group coordinator may still be loading (a new broker): retry
+                if time.monotonic() > deadline or not isinstance(err, KafkaError) or not (err.retriable() or err.code() in _COORDINATOR_ERRORS):
+                    raise StreamsException(f"cannot read the committed offsets of {self.config.application_id}: {exc}") from exc
+                time.sleep(0.2)
+        return {(r.topic, r.partition): r.offset for r in res if r.offset >= 0}
+
+    # ------------------------------------------------------------------ tasks
+    def _create_tasks(self, tps: list[TP], committed: dict[TP, int]) -> None:
+        by_task: dict[str, list[TP]] = {}
+        for t, p in tps:
+            tid = self.plan.task_for(t, p)
+            if tid is None:
+                raise StreamsException(f"no task reads {t}-{p}")
+            by_task.setdefault(tid, []).append((t, p))
+        for tid, task_tps in sorted(by_task.items()):
+            self._create_task(tid, task_tps, committed)
+
+    def _create_task(self, task_id: str, tps: list[TP], committed: dict[TP, int]) -> None:
+        assert self.restorer is not None and self.collector is not None
+        sub_id, partition = (int(x) for x in task_id.split("_"))
+        sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
+        state = self.streams.state_directory
+        lock = state.lock_task(task_id)
+        task: StreamTask | None = None
+        try:
+            task_dir = state.task_dir(task_id)
+            store_tps: dict[str, tuple[TP, str]] = {}
+            for s in sub.stores:
+                spec = self.topology.stores[s]
+                if spec.source_topic_changelog:
+                    topic = spec.source_topic_changelog
+                    if partition < self.plan.partitions.get(topic, 0):
+                        store_tps[s] = ((topic, partition), "source")
+                elif spec.logging:
+                    store_tps[s] = ((spec.changelog_topic(self.config.application_id), partition), "changelog")
+            watermarks = {tp: self.restorer.watermarks(*tp) for tp, _ in store_tps.values()}
+            checkpoint = read_checkpoint(task_dir)
+            wipe = checkpoint is None and (task_dir / "rocksdb").exists()
+            for tp, kind in store_tps.values():
+                if checkpoint is None or tp not in checkpoint:
+                    continue
+                lo, hi = watermarks[tp]
+                limit = hi if kind == "changelog" else committed.get(tp, -1)
+                if not lo <= checkpoint[tp] <= limit:
+                    log.warning("task %s: checkpoint %s=%d outside [%d, %d]: wiping local state", task_id, tp, checkpoint[tp], lo, limit)
+                    wipe = True
+            if wipe:
+                state.wipe(task_dir)
+                checkpoint = None
+            ckpt = checkpoint or {}
+
+            def sender(topic: str, key: bytes, value: bytes | None, ts: int, _p: int = partition) -> None:
+                if topic in self.plan.source_changelogs:
+                    return  # a KTable's source topic is its changelog: nothing to write
+                assert self.collector is not None
+                self.collector.send(topic, key, value, ts, [], _p)
+
+            task = StreamTask(
+                task_id, self.topology, sub, partition, self.config, self.collector,
+                state_dir=task_dir, global_stores=self.streams.global_stores,
+                clock=lambda: int(time.time() * 1000), metrics=self.metrics, changelog_sender=sender,
+            )
+            entries: list[RestoreEntry] = []
+            persistent: dict[TP, str] = {}
+            for s, (tp, kind) in store_tps.items():
+                store = task.stores[s]
+                lo, hi = watermarks[tp]
+                start = ckpt[tp] if store.persistent and tp in ckpt else lo
+                if kind == "changelog":
+                    end = hi
+                    apply = (lambda st: lambda k, v, ts, h: st.restore(k, v))(store)
+                else:
+                    end = committed.get(tp, lo)
+                    apply = self._source_restorer(task, tp[0], store)
+                entries.append(RestoreEntry(tp[0], tp[1], start, end, apply))
+                self._restored_end[tp] = max(start, end)
+                if store.persistent:
+                    persistent[tp] = kind
+            log.debug("%s: creating task %s (checkpoint %s, wiped %s): restoring %s", self.name, task_id, checkpoint, wipe,
+                     [(e.topic, e.partition, e.start, e.end) for e in entries])
+            self.restorer.restore(entries)
+            self.metrics.inc(task_id, "restored-records", sum(e.restored for e in entries))
+            for st in task.stores.values():
+                st.flush()
+            if self.eos:
+                delete_checkpoint(task_dir)  # Kafka: no checkpoint while processing under EOS
+            task.initialize()
+        except BaseException:
+            if task is not None:
+                try:
+                    task.close()  # release the stores (RocksDB locks) before giving up
+                except Exception:  # noqa: BLE001 - already failing
+                    log.exception("closing task %s after a failed creation failed", task_id)
+            lock.release()
+            raise
+        self.tasks[task_id] = task
+        self._task_locks[task_id] = lock
+        self._store_tps[task_id] = persistent
+        self.task_tps[task_id] = sorted(tps)
+        for tp in tps:
+            self.tp_task[tp] = task
+            self.eof[tp] = False
+            if tp[0] in self.plan.repartition:
+                self._tracked.add(tp)
+                self.collector.track(tp)
+            if tp in committed:
+                self.committed[tp] = committed[tp]
+        log.debug("%s: task %s reads %s from committed offsets %s", self.name, task_id, tps, {tp: committed.get(tp) for tp in tps})
+
+    def _source_restorer(self, task: StreamTask, topic: str, store: Any) -> Any:
+        """Restore a KTable store from its source topic: deserialize with the source's serdes
+        and put (Kafka's source-topic changelog restore)."""
+        node = task.sources[topic]
+        ks, vs = task._serdes(node)
+
+        def apply(kb: bytes | None, vb: bytes | None, ts: int, headers: Any) -> None:
+            try:
+                key, value = ks.deserialize(kb), vs.deserialize(vb)
+            except Exception as exc:  # noqa: BLE001 - the record was skipped by processing too
+                log.warning("task %s: skipping undeserializable %s record while restoring: %r", task.task_id, topic, exc)
+                return
+            if key is None:
+                return
+            store.put(key, value, ts)  # KeyValueStore and VersionedKeyValueStore alike
+
+        return apply
+
+    def _checkpoint(self, task_id: str, force: bool = False) -> None:
+        """Write the task's checkpoint (at-least-once: each commit that moved an offset;
+        always on a clean close, ``force``)."""
+        assert self.collector is not None
+        offsets: dict[TP, int] = {}
+        for tp, kind in self._store_tps.get(task_id, {}).items():
+            if kind == "changelog":
+                off = max(self.collector.acked_offsets.get(tp, -1), self._restored_end.get(tp, -1))
+            else:
+                off = self.committed.get(tp, self._restored_end.get(tp, -1))
+            if off >= 0:
+                offsets[tp] = off
+        if not self.tasks[task_id].stores or (not force and self._last_checkpoint.get(task_id) == offsets):
+            return
+        write_checkpoint(self.streams.state_directory.task_dir(task_id), offsets)
+        self._last_checkpoint[task_id] = offsets
+
+    def _close_tasks(self, task_ids: list[str], clean: bool) -> None:
+        if not task_ids:
+            return
+        if clean:
+            self._commit(force=True)
+        elif self._in_txn and self.producer is not None:
+            try:
+                self.producer.abort_transaction(10)
+            except Exception:  # noqa: BLE001 - closing dirty anyway
+                log.exception("aborting the transaction failed")
+            self._in_txn = False
+        for tid in task_ids:
+            task = self.tasks.get(tid)
+            if task is None:
+                continue
+            try:
+                if clean:
+                    self._checkpoint(tid, force=True)
+                task.close()
+            finally:
+                del self.tasks[tid]
+                self._store_tps.pop(tid, None)
+                self._idle_since.pop(tid, None)
+                self._last_checkpoint.pop(tid, None)
+                for tp in self.task_tps.pop(tid, []):
+                    self.tp_task.pop(tp, None)
+                    self._tracked.discard(tp)
+                    self._fetched_next.pop(tp, None)
+                    if self.collector is not None:
+                        self.collector.untrack(tp)
+                    self.eof.pop(tp, None)
+                    self._paused.discard(tp)
+                    self.committed.pop(tp, None)
+                self._task_locks.pop(tid).release()
+
+    # ------------------------------------------------------------------ the loop
+    def _run_once(self) -> None:
+        assert self.consumer is not None
+        now = time.monotonic()
+        busy = any(self._ready(t, now) for t in self.tasks.values()) and self._thread_ready(now)
+        if busy:
+            msgs = self.consumer.consume(500, timeout=0)
+        else:
+            # consume() waits for a full batch or the timeout: poll() returns at the first
+            # record or event, then take what else is already fetched
+            first = self.consumer.poll(self.config.poll_ms / 1000)
+            msgs = [] if first is None else [first, *self.consumer.consume(499, timeout=0)]
+        if self._callback_error is not None:
+            exc, self._callback_error = self._callback_error, None
+            raise exc
+        for msg in msgs:
+            tp = (msg.topic(), msg.partition())
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if tp in self.tp_task:
+                        self.eof[tp] = True
+                    continue
+                if err.fatal():
+                    raise StreamsException(f"consumer of {self.name} failed: {err.str()}")
+                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # Kafka: MissingSourceTopicException; tolerated briefly (metadata lag)
+                    self._missing_since = self._missing_since or time.monotonic()
+                    if time.monotonic() - self._missing_since > MISSING_TOPIC_TIMEOUT_S:
+                        raise StreamsException(f"source topic missing for {MISSING_TOPIC_TIMEOUT_S:.0f} s: {err.str()}")
+                log.warning("consumer of %s: %s", self.name, err.str())
+                continue
+            task = self.tp_task.get(tp)
+            if task is None:
+                continue  # revoked meanwhile
+            self.eof[tp] = False
+            self._fetched_next[tp] = msg.offset() + 1
+            task.add_records([RawRecord(tp[0], tp[1], msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], list(msg.headers() or []))])
+        self._pause_resume()
+        self._process()
+        self._punctuate()
+        if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
+            self._commit()
+
+    def _ready(self, task: StreamTask, now: float) -> bool:
+        """Kafka's ``PartitionGroup#readyToProcess`` (KIP-695): an empty input partition
+        holds the task back while it may have data on the broker (no end-of-partition seen
+        yet, at most ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once caught up.
+        At-least-once also holds it back while records this thread sent to one of the
+        task's (repartition) partitions, older than the task's next record, are still on
+        their way back (so a replayed backlog reaches windows in timestamp order)."""
+        if task.buffered() == 0:
+            return False
+        idle = self.config.max_task_idle_ms
+        if idle < 0:
+            return True
+        wait_s = 0.0
+        head: int | None = None
+        for tp in self.task_tps[task.task_id]:
+            if task.buffered_in(*tp) > 0:
+                continue
+            if not self.eof.get(tp):
+                wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
+                continue
+            if not self.eos and tp in self._tracked:
+                assert self.collector is not None
+                pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
+                if pending is not None:
+                    head = _head_timestamp(task) if head is None else head
+                    if pending <= head:
+                        wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
+                        continue
+            wait_s = max(wait_s, idle / 1000)
+        if wait_s == 0:
+            self._idle_since.pop(task.task_id, None)
+            return True
+        since = self._idle_since.setdefault(task.task_id, now)
+        if now - since >= wait_s:
+            self.metrics.inc(task.task_id, "enforced-processing")
+            return True
+        return False
+
+    def _process(self) -> None:
+        """Process up to ``MAX_RECORDS_PER_LOOP`` records, always the one with the lowest
+        timestamp among the heads of this thread's ready tasks.
+
+        Kafka orders records by timestamp within a task and leaves the order across tasks
+        open (round-robin). Taking the lowest head across tasks, and holding the thread back
+        while one of its partitions may still have data on the broker (KIP-695 applied to
+        the thread), keeps tasks of a replayed backlog at the same event time: their outputs
+        reach downstream repartition topics nearly in timestamp order, so downstream windows
+        do not see the records of a lagging task as late. Live traffic is unaffected (a
+        caught-up partition has seen its end-of-partition)."""
+        now = time.monotonic()
+        if not self._thread_ready(now):
+            return
+        heap = []
+        for i, task in enumerate(self.tasks.values()):
+            if self._ready(task, now):
+                heap.append((_head_timestamp(task), i, task))
+        heapq.heapify(heap)
+        n = 0
+        while heap and n < MAX_RECORDS_PER_LOOP:
+            _, i, task = heapq.heappop(heap)
+            self._maybe_begin()
+            task.process_next()
+            n += 1
+            self._idle_since.pop(task.task_id, None)
+            if self._ready(task, now):
+                heapq.heappush(heap, (_head_timestamp(task), i, task))
+            elif not self._thread_ready(now):
+                break
+
+    def _thread_ready(self, now: float) -> bool:
+        """False while an assigned, unpaused partition has nothing buffered and has not
+        reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
+        if self.config.max_task_idle_ms < 0:
+            return True
+        waiting = any(
+            not self.eof.get(tp) and tp not in self._paused and task.buffered_in(*tp) == 0 for tp, task in self.tp_task.items()
+        )
+        if not waiting:
+            self._thread_wait_since = None
+            return True
+        if self._thread_wait_since is None:
+            self._thread_wait_since = now
+        return now - self._thread_wait_since >= UNKNOWN_LAG_WAIT_S
+
+    def _punctuate(self) -> None:
+        now_ms = int(time.time() * 1000)
+        for task in list(self.tasks.values()):
+            due = any(getattr(p, "wall", False) and not p.cancelled and p.due <= now_ms for p in task._punctuations)
+            if due:
+                self._maybe_begin()
+                task.punctuate_wall_clock()
+
+    def _pause_resume(self) -> None:
+        assert self.consumer is not None
+        limit = self.config.buffered_records_per_partition
+        pause, resume = [], []
+        for tp, task in self.tp_task.items():
+            n = task.buffered_in(*tp)
+            if tp not in self._paused and n >= limit:
+                pause.append(tp)
+            elif tp in self._paused and n < limit:
+                resume.append(tp)
+        if pause:
+            self.consumer.pause([TopicPartition(t, p) for t, p in pause])
+            self._paused.update(pause)
+        if resume:
+            self.consumer.resume([TopicPartition(t, p) for t, p in resume])
+            self._paused.difference_update(resume)
+
+    def _maybe_begin(self) -> None:
+        if self.eos and not self._in_txn:
+            assert self.producer is not None
+            self.producer.begin_transaction()
+            self._in_txn = True
+
+    def _commit(self, force: bool = False) -> None:
+        """Commit every task (see the module docstring). ``force`` also commits when no
+        offset moved (before closing tasks)."""
+        assert self.consumer is not None and self.producer is not None and self.collector is not None
+        self._last_commit = time.monotonic()
+        if not self.tasks:
+            return
+        self._maybe_begin()
+        offsets: dict[TP, int] = {}
+        for task in self.tasks.values():
+            offsets.update(task.commit())
+        drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0]
+        if drained:
+            # past transaction markers: commit the position when nothing is buffered (Kafka does too)
+            for pos in self.consumer.position(drained):
+                if pos.offset >= 0:
+                    tp = (pos.topic, pos.partition)
+                    offsets[tp] = max(offsets.get(tp, -1), pos.offset)
+        changed = {tp: off for tp, off in offsets.items() if off > self.committed.get(tp, -1)}
+        if changed:
+            log.debug("%s: committing %s", self.name, changed)
+        if self.eos:
+            try:
+                if changed:
+                    self.producer.send_offsets_to_transaction(
+                        [TopicPartition(t, p, o) for (t, p), o in changed.items()], self.consumer.consumer_group_metadata(), 30)
+                self.producer.commit_transaction(60)
+            except KafkaException as exc:
+                raise StreamsException(f"committing the transaction of {self.name} failed: {exc}") from exc
+            self._in_txn = False
+            self.collector.check_error()
+        else:
+            self.collector.flush()
+            if changed:
+                try:
+                    self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in changed.items()], asynchronous=False)
+                except KafkaException as exc:
+                    raise StreamsException(f"committing offsets of {self.name} failed: {exc}") from exc
+        self.committed.update(changed)
+        if changed or force:
+            self.commit_total += 1
+        if not self.eos:
+            for tid in self.tasks:
+                self._checkpoint(tid)
+        if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
+            self._purge_repartition_topics()
+
+    def _purge_repartition_topics(self) -> None:
+        """Delete consumed records of repartition topics up to the committed offsets
+        (Kafka's ``TaskManager#maybePurgeCommittedRecords``, ``repartition.purge.interval.ms``
+        30 s). Fire and forget: a failure is logged and retried at the next purge."""
+        from confluent_kafka.admin import AdminClient
+
+        self._last_purge = time.monotonic()
+        todo = [TopicPartition(t, p, off) for (t, p), off in self.committed.items()
+                if t in self.plan.repartition and off > self._purged.get((t, p), 0)]
+        if not todo:
+            return
+        if self._admin is None:
+            conf = {"bootstrap.servers": self.config.bootstrap_servers, "logger": logging.getLogger("speed_layer.kafka")}
+            conf.update(self.streams.client_overrides("admin."))
+            self._admin = AdminClient(conf)
+
+        def done(fut: Any, tp: TopicPartition = None) -> None:  # type: ignore[assignment]
+            if fut.exception() is not None:
+                log.debug("purging %s failed: %s", tp, fut.exception())
+
+        try:
+            futures = self._admin.delete_records(todo, request_timeout=30)
+        except Exception as exc:  # noqa: BLE001 - purging is an optimisation
+            log.debug("purging repartition topics failed: %r", exc)
+            return
+        for tp in todo:
+            self._purged[(tp.topic, tp.partition)] = tp.offset
+        for tp, fut in futures.items():
+            fut.add_done_callback(lambda f, tp=tp: done(f, tp))
+
+    # ------------------------------------------------------------------ introspection
+    def progress(self, tp: TP) -> int | None:
+        """The committed offset of ``tp`` if this thread owns it, else None."""
+        if tp not in self.tp_task:
+            return None
+        return self.committed.get(tp, -1)

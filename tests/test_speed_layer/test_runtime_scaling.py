@@ -1,0 +1,63 @@
+"""Two instances of one application share the tasks (consumer-group rebalances); when one
+stops, the other takes its tasks over and restores their stores from the changelogs."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from speed_layer import Consumed, Materialized, Serdes, StreamsBuilder, Topology
+from speed_layer.testing import TopologyTestDriver
+
+pytestmark = pytest.mark.broker
+
+
+def build(t: dict[str, str]) -> Topology:
+    b = StreamsBuilder()
+    (b.stream(t["events"], Consumed(key_serde=Serdes.String(), value_serde=Serdes.JSON()))
+     .group_by(lambda k, v: f"g{v % 9}")
+     .aggregate(lambda: 0, lambda k, v, agg: agg + v, Materialized.as_("sums")))
+    return b.build()
+
+
+def expected(t: dict[str, str], n: int) -> dict[str, int]:
+    with TopologyTestDriver(build(t)) as d:
+        inp = d.create_input_topic(t["events"])
+        for i in range(n):
+            inp.pipe_input(f"k{i % 17}", i, 1000 + i)
+        return dict(d.get_key_value_store("sums").all())
+
+
+def test_two_instances_share_tasks_and_fail_over(runtime_kit: Any) -> None:
+    kit = runtime_kit
+    t = kit.topics(events=4)
+    kit.produce(t["events"], [(f"k{i % 17}", i, 1000 + i) for i in range(1000)])
+    a = kit.run(build(t), kit.config("app", state="a"))
+    b = kit.streams(build(t), kit.config("app", state="b"))
+    b.start()
+    deadline = time.monotonic() + 30
+    while not any(th["active_tasks"] for th in b.local_thread_metadata()) or b.state != "RUNNING" or a.state != "RUNNING":
+        assert time.monotonic() < deadline, (a.state, b.state, b.local_thread_metadata())
+        time.sleep(0.05)
+    kit.produce(t["events"], [(f"k{i % 17}", i, 1000 + i) for i in range(1000, 2000)])
+    for s in (a, b):
+        assert s.wait_until_caught_up(60)
+        kit.wait_state(s, "RUNNING")
+    tasks_a = {x for th in a.local_thread_metadata() for x in th["active_tasks"]}
+    tasks_b = {x for th in b.local_thread_metadata() for x in th["active_tasks"]}
+    assert tasks_a and tasks_b and not tasks_a & tasks_b
+    assert len(tasks_a | tasks_b) == 8  # 2 sub-topologies x 4 partitions
+    exp = expected(t, 2000)
+    part_a, part_b = dict(a.store("sums").all()), dict(b.store("sums").all())
+    assert not set(part_a) & set(part_b)
+    assert {**part_a, **part_b} == exp
+
+    assert b.close(30)  # leaves the group: a rebalance gives its tasks to a
+    deadline = time.monotonic() + 30
+    while len({x for th in a.local_thread_metadata() for x in th["active_tasks"]}) < 8 or a.state != "RUNNING":
+        assert time.monotonic() < deadline, a.local_thread_metadata()
+        time.sleep(0.05)
+    assert a.wait_until_caught_up(60)
+    assert dict(a.store("sums").all()) == exp
+    assert a.metrics()["restore-total"] > 0  # b's updates were restored from the changelogs
