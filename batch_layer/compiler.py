@@ -1,0 +1,294 @@
+"""Compile a ``speed_layer.Topology`` into a PySpark plan that recomputes its views over the
+whole history (the batch layer of the lambda architecture).
+
+The batch result equals the speed layer's for every closed window when no record was dropped
+as late: each op is translated with the speed layer's processor semantics (see
+``batch_layer.translators``), user functions run unchanged in Spark's Python workers
+(``mapInPandas`` / ``applyInPandas``, pickled with cloudpickle), and records are ordered by
+``(timestamp, source partition, offset)`` of their original source record
+(docs: architecture.md, "Ordering semantics for batch").
+
+Usage::
+
+    plan = compile_topology(topology, views=["departures_hourly"])   # no Spark needed
+    frames = plan.execute(spark, lake)          # {store: DataFrame}, lazy
+    frames["departures_hourly"].show()
+    frames.release()                            # unpersist shared intermediates
+
+``batch_layer.run.run_batch`` executes a plan and writes the views to Delta.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Literal
+
+from speed_layer.config import StreamsConfig
+from speed_layer.graph import ops
+from speed_layer.topology import Topology
+
+from .errors import BatchLayerError
+from .translators import TRANSLATORS, VIEW_WRITERS, Translator, Unsupported
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .translators._plan import ExecContext
+
+__all__ = ["BatchCompileError", "BatchOptions", "BatchPlan", "BatchViews", "compile_topology"]
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class BatchCompileError(BatchLayerError):
+    """A topology (or part of it) that the batch layer cannot translate.
+
+    Attributes:
+        node: the node that cannot be translated (None when the request itself is wrong,
+            e.g. an unknown view).
+        op: the node's op type name (or None).
+        reason: why.
+        views: the requested views that depend on ``node``.
+    """
+
+    def __init__(self, reason: str, *, node: str | None = None, op: str | None = None, views: Iterable[str] = ()) -> None:
+        self.node, self.op, self.reason, self.views = node, op, reason, tuple(views)
+        if node is None:
+            msg = reason
+        else:
+            msg = f"cannot compile node {node!r} ({op}) needed by view(s) {list(self.views)}: {reason}"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Tuning of the batch plan (semantics never change with these).
+
+    Attributes:
+        join_strategy: stream-table joins by ``"broadcast"`` of the table changelog,
+            ``"shuffle"`` (union + group by join key), or ``"auto"``: broadcast when the
+            table has at most ``broadcast_max_rows`` changes.
+        broadcast_max_rows: see ``join_strategy``.
+        window_block_ms: time-window aggregations group records by (key, block of window
+            starts); a block spans at least this many ms (and at least the window size).
+            Larger blocks: fewer, bigger groups; a record is copied into at most 2 blocks.
+        min_input_partitions: raw inputs with fewer Spark partitions are repartitioned to
+            this many (None: the SparkContext's default parallelism).
+        persist_shared: persist (``DISK_ONLY``) a node's output consumed by several nodes
+            when recomputing it would redo a join or shuffle.
+        key_buckets: keyed ``applyInPandas`` steps (aggregations, shuffled joins, table
+            views) hash keys into this many groups, each call folding all of its keys.
+    """
+
+    join_strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
+    broadcast_max_rows: int = 200_000
+    window_block_ms: int = 30 * DAY_MS
+    min_input_partitions: int | None = None
+    persist_shared: bool = True
+    key_buckets: int = 64
+
+    def __post_init__(self) -> None:
+        if self.join_strategy not in ("auto", "broadcast", "shuffle"):
+            raise ValueError(f"join_strategy must be auto, broadcast or shuffle, got {self.join_strategy!r}")
+        if self.broadcast_max_rows < 0 or self.window_block_ms <= 0 or self.key_buckets <= 0:
+            raise ValueError("broadcast_max_rows must be >= 0, window_block_ms and key_buckets > 0")
+
+
+class BatchViews(dict):
+    """``{store: view DataFrame}`` returned by :meth:`BatchPlan.execute`, lazily defined.
+
+    View DataFrame columns (contracts.md): ``key string, window_start long (ms), window_end
+    long (ms), value string (JSON), timestamp long (ms)``; window bounds are null for
+    non-windowed stores.
+
+    The counters are read from Spark accumulators, so they are complete only after every
+    frame has been computed (e.g. written).
+    """
+
+    def __init__(self, frames: dict[str, "DataFrame"], ctx: "ExecContext") -> None:
+        super().__init__(frames)
+        self._ctx = ctx
+
+    def dropped_by_node(self) -> dict[str, int]:
+        """Records dropped by a failing deserialization / timestamp extraction / user
+        function, per node (the speed layer's dead letters)."""
+        return {node: len(ids) for node, ids in sorted(self._ctx.errors_acc.value.items())}
+
+    def dropped(self) -> int:
+        """Distinct source records dropped by at least one failure."""
+        ids: set[Any] = set()
+        for s in self._ctx.errors_acc.value.values():
+            ids |= s
+        return len(ids)
+
+    def watermark_ms(self) -> int:
+        """Largest (extracted) timestamp of the stream sources' records read, ms; -1 if none."""
+        return int(self._ctx.watermark_acc.value)
+
+    @property
+    def join_strategies(self) -> dict[str, str]:
+        """Join node -> ``"broadcast"`` or ``"shuffle"`` as chosen at execution."""
+        return dict(self._ctx.join_strategies)
+
+    def release(self) -> None:
+        """Unpersist shared intermediates and destroy broadcast indexes (call after the
+        frames have been used)."""
+        self._ctx.release()
+
+
+@dataclass
+class BatchPlan:
+    """A compiled topology: the nodes needed for ``views`` in creation order (parents
+    first), their dependencies and consumer counts. Build it with :func:`compile_topology`."""
+
+    topology: Topology
+    views: tuple[str, ...]
+    nodes: tuple[str, ...]
+    deps: dict[str, tuple[str, ...]]
+    consumers: dict[str, int]
+    config: StreamsConfig
+    options: BatchOptions
+    #: (source node, topic) -> index used as an order tie-breaker between topics
+    src_index: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def source_topics(self) -> list[str]:
+        """Topics read from ``<lake>/raw/<topic>`` by this plan."""
+        out = []
+        from .translators.sources import topic_writers
+
+        for name in self.nodes:
+            node = self.topology.nodes[name]
+            if isinstance(node.op, ops.SourceOp):
+                out.extend(t for t in node.op.topics if not topic_writers(self.topology, node, t))
+        return out
+
+    def explain(self) -> str:
+        """One line per needed node: name, op, dependencies."""
+        lines = [f"views: {', '.join(self.views)}"]
+        for name in self.nodes:
+            op = self.topology.nodes[name].op
+            lines.append(f"  {name}: {type(op).__name__} <- {', '.join(self.deps[name]) or '(raw input)'}")
+        return "\n".join(lines)
+
+    def execute(self, spark: "SparkSession", lake: str | Path | None, *, input_frames: dict[str, "DataFrame"] | None = None) -> BatchViews:
+        """Build the PySpark plan of every requested view.
+
+        Args:
+            spark: the session (``batch_layer.spark.get_spark()``).
+            lake: the lake root; topic ``t`` is read from ``<lake>/raw/<t>`` (Delta, raw
+                schema of contracts.md) unless ``input_frames`` has it.
+            input_frames: ``{topic: DataFrame}`` with the raw columns ``key binary, value
+                binary, timestamp long, partition int, offset long`` (tests, or callers
+                that already hold the input).
+
+        Returns:
+            :class:`BatchViews` ``{store: DataFrame}`` (lazy). Stream-table joins in
+            ``auto``/``broadcast`` mode run a small Spark job here to index the table.
+
+        Raises:
+            BatchLayerError: if a raw input table is missing.
+        """
+        from .translators._plan import ExecContext
+
+        ctx = ExecContext(spark, None if lake is None else Path(lake), self, dict(input_frames or {}))
+        try:
+            for name in self.nodes:
+                node = self.topology.nodes[name]
+                ctx.outputs[name] = TRANSLATORS[type(node.op)].build(node, ctx)
+            frames = {store: ctx.view(store) for store in self.views}
+        except BaseException:
+            ctx.release()
+            raise
+        return BatchViews(frames, ctx)
+
+
+def compile_topology(
+    topology: Topology,
+    *,
+    views: list[str] | None = None,
+    config: StreamsConfig | dict[str, Any] | None = None,
+    options: BatchOptions | None = None,
+) -> BatchPlan:
+    """Compile ``topology`` for the batch layer; needs no Spark.
+
+    Args:
+        topology: the same Topology the speed layer runs.
+        views: store names to compute (each written by ``topology.store_writers[store]``);
+            None: every store in ``store_writers``.
+        config: the speed layer's StreamsConfig (or dict), for the default serdes of sources
+            without explicit ones (default: String key, JSON value).
+        options: :class:`BatchOptions`.
+
+    Returns:
+        A :class:`BatchPlan` holding only the nodes upstream of the requested views.
+
+    Raises:
+        BatchCompileError: a requested view does not exist, or a node upstream of a
+            requested view cannot be translated (e.g. a ``ProcessOp`` with a user Processor,
+            a stream-stream join, sliding windows); the error names the node, its op, the
+            reason and the views that need it. Nodes not upstream of a requested view are
+            never checked.
+    """
+    cfg = StreamsConfig.of(config)
+    opts = options or BatchOptions()
+    writers = topology.store_writers
+    requested = list(writers) if views is None else list(dict.fromkeys(views))
+    for store in requested:
+        if store not in writers:
+            raise BatchCompileError(f"no view {store!r}: the topology materializes {sorted(writers)}")
+
+    needed_by: dict[str, set[str]] = {}
+    deps: dict[str, tuple[str, ...]] = {}
+    problems: dict[str, str] = {}
+    for store in requested:
+        stack = [writers[store]]
+        while stack:
+            name = stack.pop()
+            if name in needed_by and store in needed_by[name]:
+                continue
+            needed_by.setdefault(name, set()).add(store)
+            node = topology.nodes[name]
+            translator: Translator | None = TRANSLATORS.get(type(node.op))
+            if name not in deps:
+                d = node.parents
+                if translator is None:
+                    problems[name] = (f"the batch layer has no translation for {type(node.op).__name__} "
+                                      f"(translated: {', '.join(sorted(t.__name__ for t in TRANSLATORS))})")
+                else:
+                    try:
+                        d = translator.dependencies(node, topology)
+                    except Unsupported as exc:
+                        problems[name] = exc.reason
+                deps[name] = tuple(dict.fromkeys(d))
+            stack.extend(deps[name])
+
+    order = [n for n in topology.nodes if n in needed_by]
+    for name in order:
+        node = topology.nodes[name]
+        reason = problems.get(name)
+        if reason is None:
+            try:
+                TRANSLATORS[type(node.op)].check(node, topology)
+            except Unsupported as exc:
+                reason = exc.reason
+        if reason is not None:
+            raise BatchCompileError(reason, node=name, op=type(node.op).__name__, views=sorted(needed_by[name]))
+    for store in requested:
+        w = topology.nodes[writers[store]]
+        if not isinstance(w.op, VIEW_WRITERS):
+            raise BatchCompileError(f"store {store!r} is written by a {type(w.op).__name__}, which is not served as a view",
+                                    node=w.name, op=type(w.op).__name__, views=[store])
+
+    consumers: dict[str, int] = {n: 0 for n in order}
+    for name in order:
+        for d in deps[name]:
+            consumers[d] += 1
+    for store in requested:
+        consumers[writers[store]] += 1
+    src_index: dict[tuple[str, str], int] = {}
+    for node in topology.nodes.values():
+        if isinstance(node.op, ops.SourceOp):
+            for t in node.op.topics:
+                src_index[(node.name, t)] = len(src_index)
+    return BatchPlan(topology, tuple(requested), tuple(order), {n: deps[n] for n in order}, consumers, cfg, opts, src_index)

@@ -1,0 +1,61 @@
+"""Op type -> batch translation (the batch layer's counterpart of the speed layer's
+``speed_layer.processor.factory.PROCESSORS``).
+
+One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sources),
+``stateless`` (filter, map, flatMap, peek, branch, merge), ``table`` (KTable filter,
+mapValues, toStream), ``joins`` (stream-table as-of joins), ``aggregate`` (windowed and plain
+aggregations). An op type missing from :data:`TRANSLATORS` (stream-stream and table-table
+joins, cogroup, suppress, KTable re-grouping, ...) makes ``compile_topology`` raise
+``BatchCompileError`` when a requested view depends on it.
+
+Importing this package does not start Spark.
+"""
+from __future__ import annotations
+
+from speed_layer.graph import ops
+from speed_layer.graph.nodes import GraphNode
+
+from .aggregate import AggregateTranslator
+from .base import Translator, Unsupported
+from .joins import StreamTableJoinTranslator
+from .sources import GlobalStoreTranslator, SinkTranslator, SourceTranslator, TableSourceTranslator
+from .stateless import (
+    FilterTranslator, FlatMapTranslator, FlatMapValuesTranslator, MapTranslator, MapValuesTranslator, MergeTranslator,
+    PassThroughTranslator,
+)
+from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTranslator
+
+
+class ProcessTranslator(Translator):
+    """Processor-API nodes are opaque: always a compile error when a view needs them."""
+
+    def check(self, node: GraphNode, topology: object) -> None:
+        raise Unsupported("a user Processor (Processor API, KStream.process/process_values) cannot be translated: "
+                          "its state, punctuations and forwarding are opaque to the batch layer")
+
+
+TRANSLATORS: dict[type, Translator] = {
+    ops.SourceOp: SourceTranslator(),
+    ops.SinkOp: SinkTranslator(),
+    ops.FilterOp: FilterTranslator(),
+    ops.MapOp: MapTranslator(),
+    ops.MapValuesOp: MapValuesTranslator(),
+    ops.FlatMapOp: FlatMapTranslator(),
+    ops.FlatMapValuesOp: FlatMapValuesTranslator(),
+    ops.PeekOp: PassThroughTranslator(),
+    ops.BranchOp: PassThroughTranslator(),
+    ops.MergeOp: MergeTranslator(),
+    ops.ProcessOp: ProcessTranslator(),
+    ops.TableSourceOp: TableSourceTranslator(),
+    ops.GlobalStoreOp: GlobalStoreTranslator(),
+    ops.TableFilterOp: TableFilterTranslator(),
+    ops.TableMapValuesOp: TableMapValuesTranslator(),
+    ops.ToStreamOp: ToStreamTranslator(),
+    ops.StreamTableJoinOp: StreamTableJoinTranslator(),
+    ops.AggregateOp: AggregateTranslator(),
+}
+
+#: op types whose node can be the writer of a view's store
+VIEW_WRITERS: tuple[type, ...] = (ops.AggregateOp, ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp)
+
+__all__ = ["TRANSLATORS", "VIEW_WRITERS", "Translator", "Unsupported"]

@@ -1,0 +1,59 @@
+"""What every translator implements, and the compile-time "cannot translate" signal."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from speed_layer.graph import ops
+from speed_layer.graph.nodes import GraphNode
+
+if TYPE_CHECKING:
+    from speed_layer.topology import Topology
+
+    from ._plan import ExecContext
+
+#: ops whose output is a KTable changelog (records carry ``Change``)
+TABLE_OPS = (ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp, ops.GlobalStoreOp)
+
+
+class Unsupported(Exception):
+    """Raised by a translator at compile time: ``reason`` says why the node cannot run in
+    batch. The compiler turns it into a :class:`batch_layer.compiler.BatchCompileError`
+    naming the node and the views that need it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Translator:
+    """Translates one op type into PySpark.
+
+    * :meth:`dependencies`: the nodes whose output this node reads (default: its parents);
+      a stream-table join also reads its table node, a source of an internal topic the
+      sinks writing that topic.
+    * :meth:`check`: raise :class:`Unsupported` if this node (as configured) cannot be
+      translated. Runs at compile time, only for nodes upstream of a requested view.
+    * :meth:`build`: at execution time, the node's output representation
+      (``StreamPipe``, ``TableChain`` or ``ViewRep``) from its dependencies' (``ctx``).
+    """
+
+    def dependencies(self, node: GraphNode, topology: "Topology") -> tuple[str, ...]:
+        return node.parents
+
+    def check(self, node: GraphNode, topology: "Topology") -> None:
+        return None
+
+    def build(self, node: GraphNode, ctx: "ExecContext") -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def require_table_parent(node: GraphNode, topology: "Topology", what: str) -> None:
+    """Raise :class:`Unsupported` unless ``node``'s single parent is a KTable op."""
+    if len(node.parents) != 1 or not isinstance(topology.nodes[node.parents[0]].op, TABLE_OPS):
+        parent = node.parents[0] if node.parents else None
+        kind = type(topology.nodes[parent].op).__name__ if parent else "none"
+        raise Unsupported(
+            f"{what} is only translated over a KTable source/filter/mapValues, but its parent "
+            f"{parent!r} is a {kind} (an aggregation's update stream is not reproduced in batch: "
+            "read the aggregation's store as a view instead)"
+        )

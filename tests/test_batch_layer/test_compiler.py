@@ -1,0 +1,124 @@
+"""The Topology -> PySpark compiler at compile time (no Spark needed)."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from batch_layer.compiler import BatchCompileError, BatchOptions, compile_topology
+from batch_layer.translators._runtime import window_starts_range
+from batch_layer.translators.aggregate import block_ms
+from pipelines.topologies.flights import VIEWS, build_topology
+from speed_layer import JoinWindows, Materialized, SlidingWindows, StreamsBuilder, TimeWindows
+from speed_layer.processor.api import Processor
+
+
+class _Echo(Processor):
+    def init(self, context):  # noqa: ANN001, D102
+        self.context = context
+
+    def process(self, record):  # noqa: ANN001, D102
+        self.context.forward(record)
+
+
+def _two_views_one_processor():
+    """``plain`` counts the source directly; ``processed`` goes through a user Processor."""
+    b = StreamsBuilder()
+    s = b.stream("input")
+    s.group_by_key().count(Materialized.as_("plain"))
+    s.process(_Echo, named="my-processor").group_by_key().count(Materialized.as_("processed"))
+    return b.build()
+
+
+def test_flagship_compiles_every_view_without_spark() -> None:
+    plan = compile_topology(build_topology())
+    topo = plan.topology
+    assert set(VIEWS) <= set(plan.views) == set(topo.store_writers)
+    assert sorted(plan.source_topics) == ["airlines", "airports", "flights", "planes"]
+    # creation order, parents first
+    pos = {n: i for i, n in enumerate(plan.nodes)}
+    for n in plan.nodes:
+        assert all(pos[d] < pos[n] for d in plan.deps[n])
+    # the enriched stream feeds the four view branches: computed once, shared
+    assert max(plan.consumers.values()) == 4
+    assert "AggregateOp" in plan.explain()
+
+
+def test_only_nodes_upstream_of_the_requested_views() -> None:
+    plan = compile_topology(build_topology(), views=["departures_hourly"])
+    assert plan.views == ("departures_hourly",)
+    writers = build_topology().store_writers
+    for other in ("same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"):
+        assert writers[other] not in plan.nodes
+    assert writers["departures_hourly"] in plan.nodes
+
+
+def test_unknown_view_is_a_compile_error() -> None:
+    with pytest.raises(BatchCompileError, match="no view 'nope'.*departures_hourly") as err:
+        compile_topology(build_topology(), views=["nope"])
+    assert err.value.node is None
+
+
+def test_user_processor_upstream_of_a_view_names_the_node() -> None:
+    topo = _two_views_one_processor()
+    with pytest.raises(BatchCompileError) as err:
+        compile_topology(topo)
+    e = err.value
+    assert e.node == "my-processor" and e.op == "ProcessOp" and e.views == ("processed",)
+    assert "my-processor" in str(e) and "user Processor" in str(e) and "processed" in str(e)
+    # a view that does not depend on it compiles
+    plan = compile_topology(topo, views=["plain"])
+    assert "my-processor" not in plan.nodes
+
+
+def test_stream_stream_join_is_not_translated_yet() -> None:
+    b = StreamsBuilder()
+    left, right = b.stream("left"), b.stream("right")
+    left.join(right, lambda a, c: (a, c), JoinWindows.of_time_difference_with_no_grace(timedelta(seconds=5))) \
+        .group_by_key().count(Materialized.as_("joined"))
+    with pytest.raises(BatchCompileError, match="needed by view.*joined.*no translation") as err:
+        compile_topology(b.build())
+    assert err.value.node is not None and err.value.views == ("joined",)
+
+
+def test_sliding_windows_are_a_compile_error() -> None:
+    b = StreamsBuilder()
+    b.stream("in").group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(1000)).count(Materialized.as_("sliding"))
+    with pytest.raises(BatchCompileError, match="SlidingWindows aggregations are not translated"):
+        compile_topology(b.build())
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="join_strategy"):
+        BatchOptions(join_strategy="hash")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        BatchOptions(key_buckets=0)
+
+
+@pytest.mark.parametrize("size,advance", [(10, 10), (10, 3), (3_600_000, 3_600_000), (86_400_000, 3_600_000), (7, 1)])
+def test_window_arithmetic_matches_the_speed_layer(size: int, advance: int) -> None:
+    """The batch layer's window starts are ``TimeWindows.windows_for``'s, and routing a
+    record to blocks of starts covers each of its windows exactly once."""
+    w = TimeWindows(size, advance, 0)
+    block = block_ms(w, 5 * size)
+    assert block % advance == 0 and block >= size
+    rnd = random.Random(size * 31 + advance)
+    for ts in [0, 1, size - 1, size, size + 1] + [rnd.randrange(0, 10**9) for _ in range(300)]:
+        expected = list(w.windows_for(ts))
+        first, last = window_starts_range(ts, size, advance)
+        assert list(range(first, last + 1, advance)) == expected
+        covered = []
+        for b in range(first // block, last // block + 1):
+            lo, hi = b * block, (b + 1) * block
+            covered += [s for s in range(max(first, lo), min(last, hi - 1) + 1, advance)]
+        assert covered == expected
+        assert last // block - first // block <= 1  # at most two blocks per record
+
+
+def test_import_batch_layer_starts_no_spark() -> None:
+    code = ("import sys, batch_layer; assert 'pyspark' not in sys.modules; "
+            "assert callable(batch_layer.compile_topology) and 'run_batch' in batch_layer.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True)
