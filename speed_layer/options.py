@@ -170,6 +170,7 @@ class Materialized:
 
     @staticmethod
     def as_(store_name: str) -> "Materialized":
+        """Materialize into a store named ``store_name`` (queryable; its changelog is ``<application.id>-<store_name>-changelog``)."""
         return Materialized(store_name=store_name)
 
     @staticmethod
@@ -183,23 +184,34 @@ class Materialized:
         return replace(self, value_serde=serde)
 
     def with_retention(self, retention: Duration) -> "Materialized":
+        """Keep windows or sessions for ``retention`` (ms or timedelta) of stream time; must be at least window size + grace.
+
+        Raises:
+            ValueError: if negative."""
         return replace(self, retention_ms=to_ms(retention, "retention"))
 
     def with_caching_enabled(self) -> "Materialized":
+        """Fold consecutive updates of a key in the record cache until commit or eviction (the default)."""
         return replace(self, caching_enabled=True)
 
     def with_caching_disabled(self) -> "Materialized":
+        """Forward every update downstream at once (no record cache)."""
         return replace(self, caching_enabled=False)
 
     def with_logging_disabled(self) -> "Materialized":
         return replace(self, logging_enabled=False)
 
     def with_store_type(self, store_type: StoreType) -> "Materialized":
+        """Choose ``"rocksdb"`` (persistent, the default) or ``"in_memory"``.
+
+        Raises:
+            ValueError: for any other value."""
         if store_type not in ("rocksdb", "in_memory"):
             raise ValueError(f"store_type must be 'rocksdb' or 'in_memory', got {store_type!r}")
         return replace(self, store_type=store_type)
 
     def as_versioned(self, history_retention: Duration) -> "Materialized":
+        """Use a versioned key-value store keeping ``history_retention`` (ms or timedelta) of history (KIP-889); stream-table joins then look up as of the stream record's timestamp (KIP-914)."""
         return replace(self, versioned_history_ms=to_ms(history_retention, "history_retention"))
 
 
@@ -213,6 +225,7 @@ class BufferConfig:
 
     @staticmethod
     def unbounded() -> "BufferConfig":
+        """A buffer without a size bound (Kafka's BufferConfig#unbounded): never emits early."""
         return BufferConfig()
 
     @staticmethod
@@ -246,6 +259,10 @@ class Suppressed:
 
     @staticmethod
     def until_window_closes(buffer: BufferConfig) -> "Suppressed":
+        """Emit exactly one final result per window, once stream time passes window end + grace (Kafka's Suppressed#untilWindowCloses, KIP-328).
+
+        Raises:
+            ValueError: if the buffer is bounded but not "shut down when full"."""
         if buffer.max_records is not None or buffer.max_bytes is not None:
             if not buffer.shut_down_when_full:
                 raise ValueError("until_window_closes needs an unbounded or shut-down-when-full buffer")
@@ -253,6 +270,7 @@ class Suppressed:
 
     @staticmethod
     def until_time_limit(time_to_wait_for_more_events: Duration, buffer: BufferConfig) -> "Suppressed":
+        """Emit the latest value of a key once ``time_to_wait_for_more_events`` (ms or timedelta, stream time) has passed since its first buffered update (Kafka's Suppressed#untilTimeLimit)."""
         return Suppressed("time_limit", buffer, to_ms(time_to_wait_for_more_events, "time limit"))
 
     def with_name(self, name: str) -> "Suppressed":

@@ -137,10 +137,18 @@ class SlidingWindows:
 
     @staticmethod
     def of_time_difference_with_no_grace(time_difference: Duration) -> "SlidingWindows":
+        """Sliding windows of ``time_difference`` (int ms or timedelta) with zero grace (Kafka's SlidingWindows#ofTimeDifferenceWithNoGrace).
+
+        Raises:
+            ValueError: if the difference is negative."""
         return SlidingWindows(to_ms(time_difference, "time_difference"), 0)
 
     @staticmethod
     def of_time_difference_and_grace(time_difference: Duration, grace: Duration) -> "SlidingWindows":
+        """Sliding windows of ``time_difference`` accepting out-of-order records for ``grace`` (ms or timedelta), as Kafka's SlidingWindows#ofTimeDifferenceAndGrace.
+
+        Raises:
+            ValueError: if a duration is negative."""
         return SlidingWindows(to_ms(time_difference, "time_difference"), to_ms(grace, "grace"))
 
     def grace_period_ms(self) -> int:
@@ -162,6 +170,10 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_with_no_grace(gap: Duration) -> "SessionWindows":
+        """Sessions closed after ``gap`` (ms or timedelta) of inactivity, with zero grace (Kafka's SessionWindows#ofInactivityGapWithNoGrace).
+
+        Raises:
+            ValueError: if the gap is not > 0."""
         g = to_ms(gap, "inactivity gap")
         if g == 0:
             raise ValueError("inactivity gap must be > 0 ms")
@@ -169,6 +181,10 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> "SessionWindows":
+        """Sessions closed after ``gap`` of inactivity, accepting records up to ``grace`` after the session closes (ms or timedelta; Kafka's SessionWindows#ofInactivityGapAndGrace).
+
+        Raises:
+            ValueError: if the gap is not > 0 or the grace is negative."""
         g = to_ms(gap, "inactivity gap")
         if g == 0:
             raise ValueError("inactivity gap must be > 0 ms")
@@ -198,11 +214,19 @@ class JoinWindows:
 
     @staticmethod
     def of_time_difference_with_no_grace(time_difference: Duration) -> "JoinWindows":
+        """Join records at most ``time_difference`` (ms or timedelta) apart, before or after; zero grace (Kafka's JoinWindows#ofTimeDifferenceWithNoGrace).
+
+        Raises:
+            ValueError: if the difference is negative."""
         d = to_ms(time_difference, "time_difference")
         return JoinWindows(d, d, 0)
 
     @staticmethod
     def of_time_difference_and_grace(time_difference: Duration, grace: Duration) -> "JoinWindows":
+        """Join records at most ``time_difference`` apart, accepting out-of-order records for ``grace`` (ms or timedelta; Kafka's JoinWindows#ofTimeDifferenceAndGrace).
+
+        Raises:
+            ValueError: if a duration is negative."""
         d = to_ms(time_difference, "time_difference")
         return JoinWindows(d, d, to_ms(grace, "grace"))
 

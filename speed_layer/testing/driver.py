@@ -217,9 +217,11 @@ class TopologyTestDriver:
         return self._typed(name, KeyValueStore)
 
     def get_window_store(self, name: str) -> WindowStore | None:
+        """The window store ``name`` (``fetch``, ``fetch_all``, ``all``), or None."""
         return self._typed(name, WindowStore)
 
     def get_session_store(self, name: str) -> SessionStore | None:
+        """The session store ``name`` (``fetch``, ``find_sessions``), or None."""
         return self._typed(name, SessionStore)
 
     def get_versioned_key_value_store(self, name: str) -> VersionedKeyValueStore | None:
