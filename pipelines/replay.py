@@ -1,0 +1,176 @@
+"""Replay the flights into Kafka at the speed layer's pace (a live stream, not a backlog).
+
+Why: when the whole year sits in Kafka before the speed layer starts, the speed layer
+catches up on a backlog. Its upstream tasks (one per ``flights`` partition) then each
+process long runs of their own partition, so the repartition topic (by ``dest``) receives
+the partitions' records interleaved in blocks spanning hours, and the windowed aggregations
+downstream drop most records as late (stream time jumps ahead by the block span). That is
+Kafka Streams' real behaviour when a repartitioned stream catches up, but it would hide the
+lateness the data set really has (delayed flights).
+
+A replay produces the flights in small chunks, in the order they actually left, and keeps
+about ``max_in_flight`` flights not yet processed by the speed layer (back-pressure read
+from its ``process-total`` metric, recalibrated by exact syncs). The speed layer then sees a
+live stream, and records are dropped as late mostly when a flight's delay pushes it past its
+window's grace.
+
+The dimension tables are produced first, before the speed layer starts (see
+:func:`produce_tables`), as :func:`pipelines.load.load` does.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.progress import NullReporter, Reporter
+
+__all__ = ["ReplayStats", "produce_tables", "replay_flights"]
+
+
+@dataclass
+class ReplayStats:
+    """What a replay did: flights produced, wall seconds, and end-to-end latency samples (s):
+    at each sync, the time from the last chunk's delivery to Kafka until the speed layer had
+    processed it and everything before it (through every sub-topology)."""
+
+    produced: int = 0
+    seconds: float = 0.0
+    latencies_s: list[float] = field(default_factory=list)
+    #: monotonic time of the last chunk's delivery (the caller times the final catch-up)
+    last_delivery: float = 0.0
+
+    def latency(self, q: float) -> float | None:
+        """The ``q`` quantile (0..1) of the latency samples (1: the largest), ``None``
+        without samples."""
+        if not self.latencies_s:
+            return None
+        if q >= 1 or len(self.latencies_s) == 1:
+            return max(self.latencies_s)
+        if q <= 0:
+            return min(self.latencies_s)
+        qs = statistics.quantiles(self.latencies_s, n=100, method="inclusive")
+        return qs[min(98, max(0, round(q * 100) - 1))]
+
+
+def produce_tables(bootstrap: str, reporter: Reporter | None = None) -> dict[str, int]:
+    """Create the data topics and produce the dimension tables; ``{table: records}``."""
+    from confluent_kafka import Producer
+
+    from pipelines.flights_data import TABLES, table_records
+    from pipelines.load import PRODUCER_CONFIG, produce_records, topic_specs
+    from speed_layer.runtime.admin import ensure_topics
+
+    rep = reporter or NullReporter()
+    ensure_topics(bootstrap, topic_specs())
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    counts: dict[str, int] = {}
+    for table in TABLES:
+        records = table_records(table)
+        counts[table] = produce_records(producer, table, records, len(records))
+        rep.update("load", sum(counts.values()), None, table)
+    return counts
+
+
+def replay_flights(
+    bootstrap: str,
+    processed: Callable[[], int],
+    sync: Callable[[], bool],
+    limit: int | None = None,
+    *,
+    chunk: int = 20,
+    max_in_flight: int = 60,
+    sync_every: int = 2000,
+    stall_s: float = 0.5,
+    reporter: Reporter | None = None,
+) -> ReplayStats:
+    """Produce the first ``limit`` flights in chunks, keeping about ``max_in_flight`` of
+    them not yet fully processed by the speed layer.
+
+    Back-pressure: the speed layer processes each flight several times (once per
+    sub-topology it crosses: the source, the repartition by ``dest``, each ``group_by``),
+    ``r`` records per flight on average. Every ``sync_every`` flights the replay waits until
+    the speed layer has caught up exactly (``sync``), measures ``r`` over the flights since
+    the previous sync, and records the time from the last chunk's delivery to that point as
+    an end-to-end latency sample. Between syncs, a flight counts as in flight while
+    ``flights since sync * r`` exceeds the records processed since the sync.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        processed: the speed layer's processed-records counter (``process-total``).
+        sync: waits until the speed layer has consumed everything produced so far
+            (``KafkaStreams.wait_until_caught_up``); returns False on timeout.
+        limit: flights to produce (``None``: all).
+        chunk: flights per produced chunk (each chunk is flushed).
+        max_in_flight: flights produced but not yet processed before the next chunk waits.
+        sync_every: flights between exact syncs.
+        stall_s: when the counter does not move for this long, produce anyway (the estimate
+            of ``r`` was too high).
+        reporter: progress of phase ``"load"``.
+
+    Raises:
+        LoadError: if a flight is not delivered.
+        TimeoutError: if a sync times out.
+    """
+    from confluent_kafka import Producer
+
+    from pipelines.flights_data import flight_records
+    from pipelines.load import PRODUCER_CONFIG, LoadError
+
+    rep = reporter or NullReporter()
+    flights = flight_records(limit)
+    total = len(flights)
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "linger.ms": 1})
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    stats = ReplayStats()
+    t0 = time.monotonic()
+    base_count, base_flights = processed(), 0  # at the last sync
+    per_flight = 0.0  # records processed per flight; unknown until the first sync
+    last_report, delivered_at = 0.0, t0
+    for start in range(0, total, chunk):
+        if start - base_flights >= (sync_every if per_flight else chunk * 5):
+            if not sync():
+                raise TimeoutError("the speed layer did not catch up with the replay")
+            now_count = processed()
+            stats.latencies_s.append(time.monotonic() - delivered_at)
+            per_flight = (now_count - base_count) / (start - base_flights)
+            base_count, base_flights = now_count, start
+        elif per_flight:
+            last, moved_at = processed(), time.monotonic()
+            while (start - base_flights) * per_flight - (last - base_count) > max_in_flight * per_flight:
+                time.sleep(0.002)
+                count = processed()
+                if count != last:
+                    last, moved_at = count, time.monotonic()
+                elif time.monotonic() - moved_at > stall_s:
+                    # the speed layer is idle: r was overestimated; re-base on the counter
+                    base_count = last - round((start - base_flights - max_in_flight) * per_flight)
+                    break
+        for rec in flights[start:start + chunk]:
+            producer.produce("flights", value=_encode(rec.value), key=rec.key.encode(),
+                             timestamp=rec.timestamp, on_delivery=on_delivery)
+        if producer.flush(60) or errors:
+            raise LoadError(f"replay: {len(errors)} flights failed, first: {errors[:1]}")
+        delivered_at = time.monotonic()
+        end = min(total, start + chunk)
+        stats.produced = end
+        if delivered_at - last_report > 0.25 or end == total:
+            last_report = delivered_at
+            rep.update("load", end, total, f"flights {end:,}/{total:,} (live replay)")
+    stats.seconds = time.monotonic() - t0
+    stats.last_delivery = delivered_at
+    return stats
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    """The loader's value encoding: compact JSON, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

@@ -1,0 +1,125 @@
+"""Dagster resources: the lake, Spark and Kafka, each a ``ConfigurableResource``.
+
+* :class:`LakeResource`: the lake root (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``).
+* :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``).
+* :class:`KafkaResource`: bootstrap servers. Production variant: ``bootstrap_servers`` (or
+  ``$KAFKA_BOOTSTRAP_SERVERS``) names a cluster. Local variant: neither is set, and the
+  first asset of a run that asks for the servers starts an embedded Apache Kafka broker for
+  the rest of the run and loads the data set (the first ``embedded_limit`` flights) into it,
+  so that the assets have something to ingest.
+  The embedded broker starts empty every time; its offsets restart at 0, which the
+  incremental ingest treats as already archived when the lake holds an earlier load of the
+  same data (same ``embedded_limit``): use one lake per limit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["LakeResource", "SparkResource", "KafkaResource", "default_resources"]
+
+_BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """The lake root folder (Delta tables ``raw/``, ``views/``, ``serving/``, ``quality/``)."""
+
+    path: str = Field(default="", description="Lake root; empty: $DUET_LAKE, else <repo>/lake.")
+
+    def root(self) -> Path:
+        """The lake root as an absolute path."""
+        from pipelines.main_job import resolve_lake
+
+        return resolve_lake(self.path or None)
+
+
+class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """A local SparkSession with Delta Lake (one per process, reused across steps: run Spark
+    jobs with ``in_process_executor``)."""
+
+    master: str = Field(default="local[2]", description="Spark master URL.")
+    driver_memory: str = Field(default="1g", description="Driver heap, e.g. 2g.")
+
+    def session(self) -> SparkSession:
+        """The process-wide SparkSession (started on first use, ~8 s)."""
+        from batch_layer.spark import get_spark
+
+        os.environ.setdefault("DUET_SPARK_MASTER", self.master)
+        os.environ.setdefault("DUET_SPARK_DRIVER_MEMORY", self.driver_memory)
+        return get_spark()
+
+
+class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """Kafka bootstrap servers, or an embedded broker loaded with the data for the run."""
+
+    bootstrap_servers: str = Field(
+        default="", description="host:port[,host:port]; empty: $KAFKA_BOOTSTRAP_SERVERS, else an embedded broker."
+    )
+    embedded_limit: Optional[int] = Field(
+        default=2000, description="Flights loaded into the embedded broker (null: all of them)."
+    )
+    _servers: Optional[str] = PrivateAttr(default=None)
+    _stack: Optional[ExitStack] = PrivateAttr(default=None)
+    _log: Any = PrivateAttr(default=None)
+
+    def configured_bootstrap(self) -> str | None:
+        """The configured cluster (``bootstrap_servers`` or the environment), never starting
+        a broker; ``None`` in the local variant."""
+        return self.bootstrap_servers or os.environ.get(_BOOTSTRAP_ENV, "").strip() or None
+
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[KafkaResource]:
+        """Hold the run's embedded broker, if one gets started (lazily, see :meth:`bootstrap`),
+        and stop it when the run ends. Outside runs (sensors, schedules) nothing is started."""
+        self._servers = self.configured_bootstrap()
+        self._log = context.log
+        with ExitStack() as stack:
+            self._stack = stack if context.run is not None else None
+            try:
+                yield self
+            finally:
+                self._stack = None
+                self._servers = None
+
+    def bootstrap(self) -> str:
+        """Bootstrap servers for this run; in the local variant the first call starts an
+        embedded broker and loads the data set into it (``embedded_limit`` flights).
+
+        Raises:
+            RuntimeError: no cluster configured and not inside a run.
+        """
+        if self._servers:
+            return self._servers
+        configured = self.configured_bootstrap()
+        if configured:
+            return configured
+        if self._stack is None:
+            raise RuntimeError("no Kafka cluster: set bootstrap_servers or $KAFKA_BOOTSTRAP_SERVERS")
+        from pipelines.load import load
+        from speed_layer.runtime.broker import EmbeddedKafka
+
+        broker = self._stack.enter_context(EmbeddedKafka())
+        if self._log is not None:
+            self._log.info(f"embedded Kafka at {broker.bootstrap_servers}; loading the data set")
+        load(broker.bootstrap_servers, limit=self.embedded_limit)
+        self._servers = broker.bootstrap_servers
+        return self._servers
+
+
+def default_resources() -> dict[str, object]:
+    """The resources of :mod:`pipelines.definitions` (configured from the environment)."""
+    return {
+        "lake": LakeResource(),
+        "spark": SparkResource(),
+        "kafka": KafkaResource(),
+    }

@@ -1,0 +1,297 @@
+"""Run the flights topology on the speed layer (``speed_layer.KafkaStreams``) as a service.
+
+Thin glue over the runtime: the Streams config of a run, a loop that waits until every input
+record is consumed while reporting progress, the counters the main job reports, and the
+records the speed layer dropped as late (needed to exclude their windows when the speed and
+batch results are compared, see :func:`late_exclusions`).
+
+Late records come from the runtime when it exposes them (``late_records()`` /
+``late_windows()`` on ``KafkaStreams``); otherwise they are captured from the processors'
+drop log (logger ``speed_layer.processor``, one DEBUG line per dropped record naming the
+node, key, timestamp and reason), which works because the runtime runs in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from serving.views.model import ViewSpec
+    from speed_layer.topology import Topology
+
+__all__ = [
+    "APP_ID_PREFIX",
+    "LateRecord",
+    "LateRecordLog",
+    "SpeedStats",
+    "SpeedLayerFailed",
+    "new_application_id",
+    "streams_config",
+    "late_exclusions",
+    "metric_total",
+]
+
+#: Every ``application.id`` of ``duet run`` starts with this (a fresh one per run).
+APP_ID_PREFIX = "duet-flights-run"
+#: The stable ``application.id`` of ``duet speed`` (resumes from its committed offsets).
+SERVICE_APP_ID = "duet-flights-service"
+
+
+def new_application_id(prefix: str = APP_ID_PREFIX) -> str:
+    """A fresh application id, e.g. ``duet-flights-run-20240101t120000-1a2b3c``: a new consumer
+    group, new changelog/repartition topics and a new state folder, so a run never resumes
+    the state of an earlier one."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
+    return f"{prefix}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def streams_config(
+    bootstrap: str,
+    application_id: str,
+    state_dir: Path,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Streams config of the flights topology: its own settings (dead-letter queue),
+    the application id, brokers, state folder and a commit interval short enough for the
+    view topics to stay fresh (10 s)."""
+    from pipelines.topologies.flights import STREAMS_CONFIG
+
+    conf: dict[str, Any] = {
+        **STREAMS_CONFIG,
+        "application.id": application_id,
+        "bootstrap.servers": bootstrap,
+        "state.dir": str(state_dir),
+        "commit.interval.ms": 10_000,
+    }
+    conf.update(extra or {})
+    return conf
+
+
+@dataclass(frozen=True)
+class LateRecord:
+    """A record an aggregation dropped because its window (or session) was closed."""
+
+    store: str
+    key: str
+    timestamp: int
+
+
+class LateRecordLog(logging.Handler):
+    """Captures the late drops the processors log, mapped to their store.
+
+    Install with :meth:`install` (returns self) and remove with :meth:`uninstall`. Only the
+    ``speed_layer.processor`` logger is lowered to DEBUG, and only its drop lines are kept.
+    """
+
+    LOGGER = "speed_layer.processor"
+
+    def __init__(self, topology: Topology) -> None:
+        super().__init__(level=logging.DEBUG)
+        writers: Mapping[str, str] = getattr(topology, "store_writers", {}) or {}
+        self._store_of_node = {node: store for store, node in writers.items()}
+        self._lock_records = threading.Lock()
+        self.records: list[LateRecord] = []
+        self._old_level: int | None = None
+        self._old_propagate = True
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102
+        args = record.args
+        if not isinstance(args, tuple) or len(args) != 4:
+            return
+        node, key, ts, reason = args
+        if not str(reason).startswith("late"):
+            return
+        store = self._store_of_node.get(str(node))
+        if store is None:
+            return
+        with self._lock_records:
+            self.records.append(LateRecord(store, _key_text(key), int(ts)))
+
+    def install(self) -> LateRecordLog:
+        """Attach to the processors' logger (DEBUG, not propagated to the root handlers)."""
+        logger = logging.getLogger(self.LOGGER)
+        self._old_level = logger.level
+        self._old_propagate = logger.propagate
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # the drop lines must not flood the console
+        logger.addHandler(self)
+        return self
+
+    def uninstall(self) -> None:
+        """Detach and restore the logger's level."""
+        logger = logging.getLogger(self.LOGGER)
+        logger.removeHandler(self)
+        if self._old_level is not None:
+            logger.setLevel(self._old_level)
+        logger.propagate = self._old_propagate
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, bytes):
+        return key.decode("utf-8", errors="replace")
+    return key if isinstance(key, str) else str(key)
+
+
+def runtime_late_records(streams: Any) -> list[LateRecord] | None:
+    """Late records as reported by the runtime itself, or ``None`` if it has no such API.
+
+    Accepts ``late_records()`` returning ``(store, key, timestamp)`` items (tuples or objects
+    with those attributes).
+    """
+    fn = getattr(streams, "late_records", None)
+    if not callable(fn):
+        return None
+    out: list[LateRecord] = []
+    for item in fn():
+        if isinstance(item, tuple):
+            store, key, ts = item[0], item[1], item[2]
+        else:
+            store, key, ts = item.store, item.key, item.timestamp
+        out.append(LateRecord(str(store), _key_text(key), int(ts)))
+    return out
+
+
+def runtime_late_windows(streams: Any) -> dict[str, set[tuple[str, int]]]:
+    """``KafkaStreams.late_windows()`` with keys as text; ``{}`` when the runtime lacks it."""
+    fn = getattr(streams, "late_windows", None)
+    if not callable(fn):
+        return {}
+    return {str(store): {(_key_text(k), int(start)) for k, start in wins} for store, wins in fn().items()}
+
+
+def late_exclusions(
+    spec: ViewSpec,
+    windows: Any,
+    late: Iterable[LateRecord],
+    frames: Iterable[pd.DataFrame] = (),
+    reported: Iterable[tuple[str, int]] = (),
+) -> set[tuple[str, int | None]]:
+    """The identities ``(key, window_start)`` of view ``spec`` touched by late records.
+
+    ``reported``: the windows the runtime names as missed (exact for time windows). Time
+    windows, from ``late`` records: every window containing a late record's timestamp (the
+    batch counts the record in all of them; the speed layer only in those still open).
+    Sessions: every session of the key, in any of ``frames`` (the batch and speed views),
+    that the record could have touched: ``start - gap <= ts <= end + gap`` (in the batch the
+    record may merge sessions that stay apart in the speed layer).
+    """
+    out: set[tuple[str, int | None]] = {(k, int(s)) for k, s in reported}
+    mine = [r for r in late if r.store == spec.name]
+    if not mine:
+        return out
+    if spec.window_kind == "session":
+        gap = int(spec.gap_ms or 0)
+        by_key: dict[str, list[int]] = {}
+        for r in mine:
+            by_key.setdefault(r.key, []).append(r.timestamp)
+        for df in frames:
+            if df is None or df.empty:
+                continue
+            sub = df[df["key"].isin(list(by_key))]
+            for key, start, end in zip(sub["key"], sub["window_start"], sub["window_end"]):
+                if any(int(start) - gap <= ts <= int(end) + gap for ts in by_key[key]):
+                    out.add((key, int(start)))
+        return out
+    for r in mine:
+        for start in windows.windows_for(r.timestamp):
+            out.add((r.key, int(start)))
+    return out
+
+
+def metric_total(metrics: Mapping[str, Any], *names: str) -> int:
+    """The first of ``names`` found in ``metrics`` (a flat dict, or nested one level by
+    task/thread: values are summed), as an int; 0 when none is present."""
+    for name in names:
+        if name in metrics and isinstance(metrics[name], (int, float)):
+            return int(metrics[name])
+    total, found = 0, False
+    for value in metrics.values():
+        if isinstance(value, Mapping):
+            for name in names:
+                if isinstance(value.get(name), (int, float)):
+                    total += int(value[name])
+                    found = True
+                    break
+    return total if found else 0
+
+
+class SpeedLayerFailed(RuntimeError):
+    """The streams client stopped or failed before catching up."""
+
+
+@dataclass
+class SpeedStats:
+    """What the speed phase did.
+
+    Attributes:
+        application_id: the Streams application id (consumer group, internal topic prefix).
+        records_in: input records consumed (sum of the input topics' end offsets).
+        seconds: wall time from start to caught up.
+        records_per_s: ``records_in / seconds``.
+        lag_s: seconds between the last input record being in Kafka and the speed layer
+            having processed it and flushed its views (in backlog mode: the whole catch-up).
+        latency_s: end-to-end latency of the replayed chunks (``p50``, ``p99``, ``max``, in
+            seconds): from a chunk's delivery to Kafka to the speed layer having processed
+            it; empty in backlog mode.
+        mode: ``"replay"`` (live stream at the speed layer's pace) or ``"backlog"``.
+        dropped_late: records (per window) dropped as late by the aggregations.
+        dropped: all dropped records (late, null keys...).
+        dead_lettered: records sent to the dead-letter topic.
+        late: the late records themselves (store, key, timestamp), from the drop log.
+        late_windows: per store, the ``(key, window_start)`` the runtime reports as missed by
+            late records (``KafkaStreams.late_windows()``).
+        metrics: the runtime's raw metrics at the end.
+    """
+
+    application_id: str
+    records_in: int = 0
+    seconds: float = 0.0
+    records_per_s: float = 0.0
+    lag_s: float | None = None
+    latency_s: dict[str, float | None] = field(default_factory=dict)
+    mode: str = "backlog"
+    dropped_late: int = 0
+    dropped: int = 0
+    dead_lettered: int = 0
+    late: list[LateRecord] = field(default_factory=list)
+    late_windows: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def wait_caught_up(
+    streams: Any,
+    timeout_s: float,
+    on_tick: Callable[[], None] | None = None,
+    tick_s: float = 0.5,
+) -> bool:
+    """Call ``streams.wait_until_caught_up`` in short slices until it returns True or
+    ``timeout_s`` passes, calling ``on_tick`` between slices (progress).
+
+    Raises:
+        SpeedLayerFailed: when the streams client stops or fails meanwhile (the message holds
+            its first error).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = getattr(streams, "state", "RUNNING")
+        if state in ("PENDING_ERROR", "ERROR", "PENDING_SHUTDOWN", "NOT_RUNNING"):
+            errors = list(getattr(streams, "errors", []) or [])
+            cause = errors[0] if errors else None
+            raise SpeedLayerFailed(f"the speed layer stopped (state {state}): {cause!r}") from cause
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if streams.wait_until_caught_up(min(tick_s, remaining)):
+            return True
+        if on_tick is not None:
+            on_tick()

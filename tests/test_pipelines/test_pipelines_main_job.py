@@ -1,0 +1,68 @@
+"""Pieces of the main job that need neither a broker nor Spark."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+
+from pipelines.speed_service import LateRecord, LateRecordLog, late_exclusions, metric_total, new_application_id
+from pipelines.topologies.flights import VIEWS, build_topology
+from pipelines.views import VIEW_SPECS
+
+H = 3_600_000
+
+
+def test_application_ids_are_fresh() -> None:
+    a, b = new_application_id(), new_application_id()
+    assert a != b and a.startswith("duet-flights-run-")
+
+
+def test_late_exclusions_time_windows() -> None:
+    late = [LateRecord("departures_hourly", "JFK", 10 * H + 5), LateRecord("same_tz_hourly", "JFK", 3 * H)]
+    got = late_exclusions(VIEW_SPECS["departures_hourly"], VIEWS["departures_hourly"].windows, late)
+    assert got == {("JFK", 10 * H)}
+    hopping = late_exclusions(VIEW_SPECS["seats_by_dest_daily"], VIEWS["seats_by_dest_daily"].windows,
+                              [LateRecord("seats_by_dest_daily", "LAX", 30 * H)])
+    assert len(hopping) == 24 and ("LAX", 30 * H) in hopping and ("LAX", 7 * H) in hopping
+
+
+def test_late_exclusions_sessions_touching_the_record() -> None:
+    gap = 4 * H
+    speed = pd.DataFrame({"key": ["N1", "N1", "N1", "N2"], "window_start": [0, 10 * H, 30 * H, 0],
+                          "window_end": [2 * H, 12 * H, 31 * H, H]})
+    batch = pd.DataFrame({"key": ["N1"], "window_start": [0], "window_end": [12 * H]})
+    late = [LateRecord("plane_duty_sessions", "N1", 6 * H)]
+    got = late_exclusions(VIEW_SPECS["plane_duty_sessions"], VIEWS["plane_duty_sessions"].windows, late,
+                          [batch, speed])
+    assert got == {("N1", 0), ("N1", 10 * H)}
+    assert gap == VIEW_SPECS["plane_duty_sessions"].gap_ms
+
+
+def test_late_record_log_maps_nodes_to_stores() -> None:
+    topology = build_topology()
+    handler = LateRecordLog(topology).install()
+    try:
+        node = topology.store_writers["departures_hourly"]
+        logger = logging.getLogger("speed_layer.processor")
+        logger.debug("%s dropped record key=%r ts=%d: %s", node, "EWR", 42, "late: window closed")
+        logger.debug("%s dropped record key=%r ts=%d: %s", node, None, 43, "null key or value")
+    finally:
+        handler.uninstall()
+    assert handler.records == [LateRecord("departures_hourly", "EWR", 42)]
+
+
+def test_metric_total_flat_and_nested() -> None:
+    assert metric_total({"dropped-records-total": 3}, "dropped-records-total") == 3
+    assert metric_total({"0_0": {"dropped-records": 2}, "0_1": {"dropped-records": 5}}, "dropped-records") == 7
+    assert metric_total({}, "x") == 0
+
+
+def test_replay_latency_quantiles() -> None:
+    from pipelines.replay import ReplayStats
+
+    stats = ReplayStats(latencies_s=[0.1 * i for i in range(1, 101)])
+    assert stats.latency(0.5) == pytest.approx(5.0, abs=0.11)
+    assert stats.latency(1.0) == pytest.approx(10.0)
+    assert ReplayStats().latency(0.5) is None
