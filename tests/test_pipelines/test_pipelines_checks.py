@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import departures_rows, write_batch_view
+from pipelines_testkit import departures_rows, write_batch_view
 
 from pipelines.checks import gx_check
 from pipelines.resources import LakeResource
