@@ -84,9 +84,22 @@ class _StoreBase:
         """Apply one changelog record (no logging)."""
         self.backend.put(kb, vb)
 
+    #: the record cache of a caching store (a ``_Cache`` or a dict), None without caching
+    cache: Any = None
+
+    def _evict(self) -> None:
+        """Write the least recently updated cache entry through (caching stores)."""
+        raise TypeError(f"store {self.name} has no record cache")
+
+    def flush_cache(self) -> None:
+        """Write dirty cache entries through (and to the flush listener) in update order."""
+        while self.cache:
+            self._evict()
+
     def flush(self) -> None:
         """Flush the record cache (if any) downstream and into the bytes store. Cheap:
         RocksDB's memtable is not written to disk (see :meth:`persist`)."""
+        self.flush_cache()
 
     def persist(self) -> None:
         """Flush the cache and make the bytes store durable on disk (RocksDB memtable
@@ -113,6 +126,9 @@ class _Cache:
     def __init__(self, max_entries: int) -> None:
         self.entries: dict[Any, tuple[Any, Any]] = {}  # cache key -> (typed key, ValueAndTimestamp | None)
         self.max_entries = max_entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
     def put(self, ck: Any, key: Any, vt: "ValueAndTimestamp | None") -> None:
         self.entries.pop(ck, None)
@@ -246,15 +262,6 @@ class KeyValueStore(_StoreBase):
         key, vt = self.cache.entries.pop(ck)
         self._flush_entry(key, vt)
 
-    def flush_cache(self) -> None:
-        """Write dirty entries through (and to the flush listener) in update order."""
-        if self.cache is None:
-            return
-        while self.cache.entries:
-            self._evict()
-
-    def flush(self) -> None:
-        self.flush_cache()
 
 
 def _hashable(key: Any) -> bool:
@@ -356,14 +363,6 @@ class WindowStore(_StoreBase):
         (key, start), vt = self.cache.entries.pop(ck)
         self._flush_entry(key, start, vt)
 
-    def flush_cache(self) -> None:
-        if self.cache is None:
-            return
-        while self.cache.entries:
-            self._evict()
-
-    def flush(self) -> None:
-        self.flush_cache()
 
     # -- reads
     def _rows(self, kb: bytes | None, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
@@ -497,14 +496,6 @@ class SessionStore(_StoreBase):
             old = None if old_vb is None else ValueAndTimestamp(self.value_serde.deserialize(old_vb), end)
             self.flush_listener(session, new, old)
 
-    def flush_cache(self) -> None:
-        """Write cached sessions through (and to the flush listener) in update order."""
-        while self.cache:
-            self._evict()
-
-    def flush(self) -> None:
-        self.flush_cache()
-        super().flush()
 
     def _cached(self, kb: bytes | None) -> list[tuple[bytes, Windowed[Any], Any]]:
         if not self.cache:
