@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,6 +189,15 @@ class _Phase:
         self.timer.seconds[self.name] = time.monotonic() - self.t0
 
 
+def _read_speed_side(bootstrap: str) -> dict[str, Any]:
+    """The speed layer's views read back from their output topics; also imports Great
+    Expectations (seconds of imports) ahead of the checks phase."""
+    frames = read_speed_views(bootstrap)
+    import great_expectations  # noqa: F401 - warm import for run_checks
+
+    return frames
+
+
 def run_main_job(
     bootstrap: str,
     options: RunOptions,
@@ -197,7 +207,12 @@ def run_main_job(
     """Run every phase of ``duet run`` against ``bootstrap`` (see the module docstring).
 
     ``spark_factory`` returns the SparkSession (default ``batch_layer.spark.get_spark``); it
-    is called only when the batch phase starts.
+    is called in a background thread when the speed phase starts (the JVM starts meanwhile).
+    The speed views are read back from Kafka in the background during the batch phase.
+
+    Raises:
+        TimeoutError, SpeedLayerFailed: from :func:`run_speed`; any error of the Spark
+        start-up or of the batch or serving phases.
     """
     from serving.views.batch import read_batch_watermark
 
@@ -220,32 +235,38 @@ def run_main_job(
         def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
             return replay_flights(bootstrap, processed, sync, options.limit, reporter=rep)
 
-    with timer.phase("speed"):
-        speed = run_speed(bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
-    records_in = input_record_count(bootstrap)
-    if options.load:
-        rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))
+    if spark_factory is None:
+        from batch_layer.spark import get_spark
 
-    with timer.phase("ingest"):
-        ingested = ingest(bootstrap, lake, reporter=rep)
-    with timer.phase("batch"):
-        if spark_factory is None:
-            from batch_layer.spark import get_spark
+        spark_factory = get_spark
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="duet-run") as pool:
+        # the Spark JVM starts while the speed layer runs (a Python process bound to one
+        # core by the GIL leaves room on a second core), and the speed views are read back
+        # from Kafka while Spark computes the batch views
+        spark_future = pool.submit(spark_factory)
+        with timer.phase("speed"):
+            speed = run_speed(bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
+        records_in = input_record_count(bootstrap)
+        if options.load:
+            rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))
 
-            spark_factory = get_spark
-        batch = run_batch_layer(spark_factory(), lake, reporter=rep)
-    batch.ingested = ingested
-    batch.ingest_seconds = timer.seconds["ingest"]
-    watermark = read_batch_watermark(lake)
-    if batch.watermark_ms is None:
-        batch.watermark_ms = watermark
+        with timer.phase("ingest"):
+            ingested = ingest(bootstrap, lake, reporter=rep)
+        speed_future = pool.submit(_read_speed_side, bootstrap)
+        with timer.phase("batch"):
+            batch = run_batch_layer(spark_future.result(), lake, reporter=rep)
+        batch.ingested = ingested
+        batch.ingest_seconds = timer.seconds["ingest"]
+        watermark = read_batch_watermark(lake)
+        if batch.watermark_ms is None:
+            batch.watermark_ms = watermark
 
-    with timer.phase("publish"):
-        rep.start("publish", len(VIEW_NAMES))
-        speed_frames = read_speed_views(bootstrap)
-        batch_frames = read_batch_views(lake)
-        windows = publish_views(lake, batch_frames, speed_frames)
-        rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
+        with timer.phase("publish"):
+            rep.start("publish", len(VIEW_NAMES))
+            speed_frames = speed_future.result()
+            batch_frames = read_batch_views(lake)
+            windows = publish_views(lake, batch_frames, speed_frames)
+            rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
     with timer.phase("checks"):
         quality = run_checks(lake, reporter=rep, frames=batch_frames)
     with timer.phase("agreement"):

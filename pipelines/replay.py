@@ -82,9 +82,9 @@ def replay_flights(
     sync: Callable[[], bool],
     limit: int | None = None,
     *,
-    chunk: int = 20,
-    max_in_flight: int = 60,
-    sync_every: int = 2000,
+    chunk: int = 50,
+    max_in_flight: int = 300,
+    sync_every: int = 20_000,
     stall_s: float = 0.5,
     reporter: Reporter | None = None,
 ) -> ReplayStats:

@@ -27,6 +27,9 @@ class Serde(Generic[T]):
     name: str
     serializer: Callable[[T], bytes]
     deserializer: Callable[[bytes], T]
+    #: windowed serdes: the serde of the base key (a sink partitions windowed keys by it,
+    #: as Kafka's WindowedStreamPartitioner); None otherwise
+    inner: "Serde[Any] | None" = None
 
     def serialize(self, value: T | None) -> bytes | None:
         """Serialize; ``None`` stays ``None``.
@@ -124,7 +127,7 @@ class Serdes:
         """A windowed key as JSON ``{"key": k, "window_start": ms, "window_end": ms}``; the
         inner key is kept as JSON (``inner`` None or JSON) or as the text of ``inner``."""
         inner = inner or Serdes.JSON()
-        return Serde("WindowedJSON", _windowed_json_ser(inner), _windowed_json_de(inner))
+        return Serde("WindowedJSON", _windowed_json_ser(inner), _windowed_json_de(inner), inner)
 
     @staticmethod
     def TimeWindowed(inner: Serde[Any], window_size_ms: int) -> Serde[Windowed[Any]]:  # noqa: N802
@@ -138,7 +141,7 @@ class Serdes:
             start = struct.unpack(">q", b[-8:])[0]
             return Windowed(inner.deserialize(b[:-8]), Window(start, start + window_size_ms))
 
-        return Serde("TimeWindowed", ser, de)
+        return Serde("TimeWindowed", ser, de, inner)
 
     @staticmethod
     def SessionWindowed(inner: Serde[Any]) -> Serde[Windowed[Any]]:  # noqa: N802
@@ -151,4 +154,4 @@ class Serdes:
             end, start = struct.unpack(">qq", b[-16:])
             return Windowed(inner.deserialize(b[:-16]), Window(start, end))
 
-        return Serde("SessionWindowed", ser, de)
+        return Serde("SessionWindowed", ser, de, inner)

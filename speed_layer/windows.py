@@ -103,15 +103,15 @@ class TimeWindows:
             raise ValueError(f"advance must be in (0, size={self.size_ms}] ms, got {a}")
         return replace(self, advance_ms=a)
 
+    def window_starts(self, timestamp: int) -> range:
+        """Start times (ms, ascending) of the windows containing ``timestamp``."""
+        first = max(0, timestamp - self.size_ms + self.advance_ms)
+        first -= first % self.advance_ms
+        return range(first, timestamp + 1, self.advance_ms)
+
     def windows_for(self, timestamp: int) -> dict[int, Window]:
         """The windows containing ``timestamp``, by start, in ascending start order."""
-        window_start = max(0, timestamp - self.size_ms + self.advance_ms)
-        window_start -= window_start % self.advance_ms
-        out: dict[int, Window] = {}
-        while window_start <= timestamp:
-            out[window_start] = Window(window_start, window_start + self.size_ms)
-            window_start += self.advance_ms
-        return out
+        return {start: Window(start, start + self.size_ms) for start in self.window_starts(timestamp)}
 
     def size(self) -> int:
         """Window size in ms."""

@@ -191,6 +191,9 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
 
 
 def _flatten_values(values: pd.Series) -> pd.DataFrame:
+    fast = _flatten_objects_arrow(values)
+    if fast is not None:
+        return fast
     rows = []
     for raw in values:
         flat: dict[str, Any] = {}
@@ -206,6 +209,34 @@ def _flatten_values(values: pd.Series) -> pd.DataFrame:
         non_null = [v for v in out[col] if v is not None and not (isinstance(v, float) and math.isnan(v))]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in non_null):
             out[col] = pd.to_numeric(out[col], errors="coerce").astype("float64")
+    return out
+
+
+def _flatten_objects_arrow(values: pd.Series) -> pd.DataFrame | None:
+    """``value.<path>`` columns of a column of JSON objects, parsed by Arrow's JSON reader
+    (one block, so each column's type is inferred over every row); numeric columns as
+    float64. None when a value is null or not an object (the generic path handles those)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    texts = values.tolist()
+    if not texts or not all(isinstance(v, str) and v.startswith("{") and "\n" not in v for v in texts):
+        return None
+    data = "\n".join(texts).encode("utf-8")
+    try:
+        table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(block_size=len(data) + 1))
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != len(texts):
+        return None
+    while any(pa.types.is_struct(f.type) for f in table.schema):
+        table = table.flatten()  # nested objects: "a.b" columns
+    out = pd.DataFrame(index=values.index)
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_null(col.type):
+            out[f"value.{name}"] = pd.Series(col.to_numpy(zero_copy_only=False), index=values.index).astype("float64")
+        else:
+            out[f"value.{name}"] = pd.Series(col.to_pylist(), index=values.index, dtype="object")
     return out
 
 

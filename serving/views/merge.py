@@ -261,23 +261,34 @@ def agreement(
         ss, on=id_cols, how="left", suffixes=("_b", "_s"), indicator=False
     )
     # presence markers: timestamp is never null in a real row
+    has_b_col = joined["timestamp_b"].notna().tolist()
+    has_s_col = joined["timestamp_s"].notna().tolist()
+    starts = [_nullable_int(v) for v in joined["window_start"].tolist()]
+    if spec.windowed:
+        ends_b = [_nullable_int(v) for v in joined["window_end_b"].tolist()]
+        ends_s = [_nullable_int(v) for v in joined["window_end_s"].tolist()]
+    else:
+        ends_b = ends_s = [None] * len(joined)
     compared = equal = 0
     diffs: list[dict[str, Any]] = []
-    for row in joined.itertuples(index=False):
-        ident = (row.key, _nullable_int(row.window_start))
+    rows = zip(joined["key"].tolist(), starts, has_b_col, has_s_col, ends_b, ends_s,
+               joined["value_b"].tolist(), joined["value_s"].tolist())
+    for key, start, has_b, has_s, end_b, end_s, raw_b, raw_s in rows:
+        ident = (key, start)
         if exclude and ident in exclude:
             continue
         compared += 1
-        has_b = not pd.isna(row.timestamp_b)
-        has_s = not pd.isna(row.timestamp_s)
-        vb = _parse(row.value_b) if has_b else None
-        vs = _parse(row.value_s) if has_s else None
+        if has_b and has_s and end_b == end_s and raw_b == raw_s and raw_b is not None:
+            equal += 1  # the same JSON text: equal without parsing
+            continue
+        vb = _parse(raw_b) if has_b else None
+        vs = _parse(raw_s) if has_s else None
         reason = None
         if not has_s:
             reason = "missing_in_speed"
         elif not has_b:
             reason = "missing_in_batch"
-        elif spec.windowed and _nullable_int(row.window_end_b) != _nullable_int(row.window_end_s):
+        elif end_b != end_s:
             reason = "window_end"
         elif not values_equal(vb, vs):
             reason = "value"
@@ -286,9 +297,9 @@ def agreement(
         elif len(diffs) < max_differences:
             diffs.append(
                 {
-                    "key": ident[0],
-                    "window_start": ident[1],
-                    "window_end": _nullable_int(row.window_end_b if has_b else row.window_end_s),
+                    "key": key,
+                    "window_start": start,
+                    "window_end": end_b if has_b else end_s,
                     "batch": vb,
                     "speed": vs,
                     "reason": reason,

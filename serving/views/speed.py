@@ -22,6 +22,9 @@ __all__ = ["read_view_topic", "decode_view_key"]
 
 log = logging.getLogger(__name__)
 
+#: records taken per ``consume`` call while reading a view topic
+READ_BATCH = 10_000
+
 
 def decode_view_key(raw: bytes | str | None, windowed: bool) -> tuple[str, int | None, int | None]:
     """Decode a view topic key into ``(key, window_start_ms, window_end_ms)``.
@@ -112,7 +115,9 @@ def read_view_topic(
             low, high = _watermarks(consumer, TopicPartition(topic, p), deadline)
             if high > low:
                 pending[p] = high
-        rows: dict[tuple[str, int | None, int | None], tuple[str, int]] = {}
+        # the last record per raw key, in the order of their last update (a key's update
+        # moves it to the end): each distinct key is decoded once, not once per update
+        latest: dict[bytes | None, tuple[bytes | None, int]] = {}
         if pending:
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
         while pending:
@@ -122,33 +127,36 @@ def read_view_topic(
                     f"timed out after {timeout_s}s reading {topic!r}; partitions not at their "
                     f"end offsets: {sorted(pending)}"
                 )
-            msg = consumer.poll(min(remaining, 0.5))
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    p = msg.partition()
-                    if p in pending and msg.offset() >= pending[p]:
-                        del pending[p]
+            for msg in consumer.consume(READ_BATCH, timeout=min(remaining, 0.5)):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        p = msg.partition()
+                        if p in pending and msg.offset() >= pending[p]:
+                            del pending[p]
+                        continue
+                    if err.fatal() or err.code() in (KafkaError._UNKNOWN_TOPIC,
+                                                      KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                      KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                        raise SpeedSourceError(f"error reading {topic!r}: {err}")
+                    log.warning("transient error reading %s: %s", topic, err)  # bounded by timeout_s
                     continue
-                if err.fatal() or err.code() in (KafkaError._UNKNOWN_TOPIC,
-                                                  KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                  KafkaError.TOPIC_AUTHORIZATION_FAILED):
-                    raise SpeedSourceError(f"error reading {topic!r}: {err}")
-                log.warning("transient error reading %s: %s", topic, err)  # bounded by timeout_s
-                continue
-            ident = decode_view_key(msg.key(), windowed)
-            value = msg.value()
-            if value is None:
-                rows.pop(ident, None)
-            else:
-                rows[ident] = (value.decode("utf-8"), int(msg.timestamp()[1]))
-            p = msg.partition()
-            if p in pending and msg.offset() >= pending[p] - 1:
-                del pending[p]
+                key = msg.key()
+                latest.pop(key, None)
+                latest[key] = (msg.value(), msg.timestamp()[1])
+                p = msg.partition()
+                if p in pending and msg.offset() >= pending[p] - 1:
+                    del pending[p]
     finally:
         consumer.close()
+
+    rows: dict[tuple[str, int | None, int | None], tuple[str, int]] = {}
+    for key, (value, ts) in latest.items():
+        ident = decode_view_key(key, windowed)
+        if value is None:
+            rows.pop(ident, None)
+        else:
+            rows[ident] = (value.decode("utf-8"), int(ts))
 
     frame = pd.DataFrame(
         [(k, ws, we, v, ts) for (k, ws, we), (v, ts) in rows.items()],

@@ -76,7 +76,7 @@ def _agg_node(gs: "KGroupedStream", op_kind: str, initializer: Any, aggregator: 
     topo.add_store(spec)
     topo.add_node(name, AggregateOp(op_kind, store, initializer, aggregator, windows, merger), (parent.node,), (store,))  # type: ignore[arg-type]
     topo.store_writers[store] = name
-    return KTable(b, name, parent.source_topics, store=store, windowed=windows is not None, grace_ms=grace)
+    return KTable(b, name, parent.source_topics, store=store, windowed=windows is not None, grace_ms=grace, kind="aggregate")
 
 
 class KGroupedStream:

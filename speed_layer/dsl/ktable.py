@@ -56,7 +56,8 @@ class KTable:
         self.grace_ms = grace_ms
         #: the upstream KTable (filter, map_values, suppress) for old-value propagation
         self._parent = parent
-        #: "source", "filter", "map_values", "suppress" or "other" (aggregations, joins)
+        #: "source", "filter", "map_values", "suppress", "aggregate" (KGroupedStream
+        #: aggregations: old values only on request) or "other" (joins, table aggregations)
         self._kind = kind
         #: the StoreSpec a lazily materialized source table adds when forced
         self._pending_store = pending_store
@@ -67,6 +68,8 @@ class KTable:
             self._sends_old = False
         elif kind == "source":
             self._sends_old = store is not None
+        elif kind == "aggregate":
+            self._sends_old = bool(getattr(builder.topology.nodes[node].op, "send_old_values", False))
         else:
             self._sends_old = True
 
@@ -120,6 +123,14 @@ class KTable:
             return self._sends_old
         if self._kind == "suppress":
             return self._parent._enable_sending_old_values(force_materialization) if self._parent else True
+        if self._kind == "aggregate" and not self._sends_old:
+            # Kafka's KStreamAggProcessorSupplier#enableSendingOldValues
+            from dataclasses import replace
+
+            topo = self.builder.topology
+            node = topo.nodes[self.node]
+            topo.nodes[self.node] = replace(node, op=replace(node.op, send_old_values=True))
+            self._sends_old = True
         return True
 
     def _set_sends_old(self) -> None:

@@ -208,6 +208,9 @@ class AggregateOp(Op):
     aggregator: Callable[..., Any] | None = None
     windows: TimeWindows | SlidingWindows | SessionWindows | None = None
     merger: Callable[[Any, Any, Any], Any] | None = None
+    #: Kafka's sendOldValues: off until a downstream table operation asks for old values
+    #: (``KTable#filter``, joins, ``group_by``, ``suppress``); off, ``Change.old`` is None
+    send_old_values: bool = False
     kafka_prefix = "KSTREAM-AGGREGATE"
 
 

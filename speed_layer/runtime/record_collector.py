@@ -23,6 +23,9 @@ log = logging.getLogger("speed_layer.collector")
 
 Headers = list[tuple[str, bytes | None]]
 
+#: ``send`` serves delivery reports once per this many records (and ``flush`` waits for all)
+POLL_EVERY_SENDS = 500
+
 __all__ = ["KafkaRecordCollector", "PartitionCounts"]
 
 
@@ -163,6 +166,13 @@ class KafkaRecordCollector:
         self.sent += 1
         if (topic, partition) in self.tracked:
             self._unacked.setdefault((topic, partition), deque()).append(timestamp)
+        if self.sent % POLL_EVERY_SENDS == 0:
+            self.producer.poll(0)
+
+    def poll(self) -> None:
+        """Serve the delivery reports that arrived (the stream thread calls it once per
+        loop; ``send`` serves them only every ``POLL_EVERY_SENDS`` records: a ``poll``
+        per record cost more than the ``produce`` itself)."""
         self.producer.poll(0)
 
     def flush(self, timeout_s: float = 60.0) -> None:

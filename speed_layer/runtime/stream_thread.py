@@ -55,6 +55,9 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
 MISSING_TOPIC_TIMEOUT_S = 30.0
 #: records processed between two polls of the consumer
 MAX_RECORDS_PER_LOOP = 1000
+#: records (summed over a task's changelog partitions) between two checkpoints at commit,
+#: Kafka's ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``
+CHECKPOINT_OFFSET_DELTA = 10_000
 #: Kafka's ``repartition.purge.interval.ms`` default (30 s)
 REPARTITION_PURGE_INTERVAL_S = 30.0
 
@@ -377,8 +380,11 @@ class StreamThread(threading.Thread):
         return apply
 
     def _checkpoint(self, task_id: str, force: bool = False) -> None:
-        """Write the task's checkpoint (at-least-once: each commit that moved an offset;
-        always on a clean close, ``force``)."""
+        """Write the task's checkpoint: at-least-once, at a commit once its offsets moved by
+        more than ``CHECKPOINT_OFFSET_DELTA`` records in all (Kafka's
+        ``StateManagerUtil#checkpointNeeded``); on a clean close (``force``) whenever they
+        moved. An older checkpoint only means a longer restore: replaying the changelog
+        from it rewrites the same values."""
         assert self.collector is not None
         offsets: dict[TP, int] = {}
         for tp, kind in self._store_tps.get(task_id, {}).items():
@@ -388,8 +394,15 @@ class StreamThread(threading.Thread):
                 off = self.committed.get(tp, self._restored_end.get(tp, -1))
             if off >= 0:
                 offsets[tp] = off
-        if not self.tasks[task_id].stores or (not force and self._last_checkpoint.get(task_id) == offsets):
+        if not self.tasks[task_id].stores:
             return
+        last = self._last_checkpoint.get(task_id)
+        if last == offsets:
+            return
+        if not force and last is not None:
+            delta = sum(off - last.get(tp, 0) for tp, off in offsets.items())
+            if delta <= CHECKPOINT_OFFSET_DELTA:
+                return
         write_checkpoint(self.streams.state_directory.task_dir(task_id), offsets)
         self._last_checkpoint[task_id] = offsets
 
@@ -431,6 +444,8 @@ class StreamThread(threading.Thread):
     # ------------------------------------------------------------------ the loop
     def _run_once(self) -> None:
         assert self.consumer is not None
+        if self.collector is not None:
+            self.collector.poll()  # delivery reports: acked offsets of changelogs and repartitions
         now = time.monotonic()
         busy = any(self._ready(t, now) for t in self.tasks.values()) and self._thread_ready(now)
         if busy:
@@ -477,8 +492,9 @@ class StreamThread(threading.Thread):
         holds the task back while it may have data on the broker (no end-of-partition seen
         yet, at most ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once caught up.
         At-least-once also holds it back while records this thread sent to one of the
-        task's (repartition) partitions, older than the task's next record, are still on
-        their way back (so a replayed backlog reaches windows in timestamp order)."""
+        task's (repartition) partitions, or to a sibling partition of the same topic
+        (:meth:`_sibling_pending`), older than the task's next record, are still on their
+        way back (so a replayed backlog reaches windows in timestamp order)."""
         if task.buffered() == 0:
             return False
         idle = self.config.max_task_idle_ms
@@ -501,6 +517,8 @@ class StreamThread(threading.Thread):
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
             wait_s = max(wait_s, idle / 1000)
+        if wait_s == 0 and not self.eos and self._sibling_pending(task):
+            wait_s = UNKNOWN_LAG_WAIT_S
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)
             return True
@@ -508,6 +526,30 @@ class StreamThread(threading.Thread):
         if now - since >= wait_s:
             self.metrics.inc(task.task_id, "enforced-processing")
             return True
+        return False
+
+    def _sibling_pending(self, task: StreamTask) -> bool:
+        """True while this thread has sent a record older than the task's next record to
+        another partition of one of the task's repartition topics, owned by another of its
+        tasks, and that record has not been consumed back yet. Processing the task first
+        would advance the stream time of everything downstream of both tasks past that
+        record, and make it late there (the same sub-topology's tasks feed the same
+        downstream partitions)."""
+        own = self.task_tps[task.task_id]
+        topics = {t for t, _ in own if (t, _) in self._tracked}
+        if not topics:
+            return False
+        assert self.collector is not None
+        head: int | None = None
+        for tp in self._tracked:
+            if tp[0] not in topics or tp in own:
+                continue
+            pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
+            if pending is None:
+                continue
+            head = _head_timestamp(task) if head is None else head
+            if pending < head:
+                return True
         return False
 
     def _process(self) -> None:

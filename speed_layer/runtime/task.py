@@ -27,6 +27,8 @@ from ..serde import Serde
 from ..state.factories import build_store
 from ..state.keys import ORDERED_KEY, PICKLE
 from ..topology import Topology
+from ..windows import Windowed
+from .partitioning import partition_for_key
 
 log = logging.getLogger("speed_layer.task")
 
@@ -348,7 +350,8 @@ class StreamTask:
 
     def send(self, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
         """Serialize with the sink's serdes and hand to the collector (partitioned by the
-        sink's partitioner, else murmur2 of the key bytes)."""
+        sink's partitioner; a windowed key by murmur2 of its base key bytes, as Kafka's
+        WindowedStreamPartitioner; else murmur2 of the key bytes)."""
         full = self.full_topic(topic, op.repartition)
         if op.repartition:
             ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
@@ -359,6 +362,11 @@ class StreamTask:
         partition = None
         if op.partitioner is not None:
             partition = op.partitioner(full, record.key, record.value, self.collector.partitions_for(full))
+        elif ks.inner is not None and isinstance(record.key, Windowed):
+            # Kafka's WindowedStreamPartitioner: a windowed key goes by its base key
+            base = ks.inner.serialize(record.key.key)
+            if base is not None:
+                partition = partition_for_key(base, self.collector.partitions_for(full))
         self.collector.send(full, kb, vb, record.timestamp, list(record.headers), partition)
 
     # ------------------------------------------------------------------ punctuation

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from ..serde import Serde
 from ..windows import Window, Windowed
@@ -32,9 +32,9 @@ _I = struct.Struct(">I")
 _MAX = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class ValueAndTimestamp:
-    """A value with the timestamp (ms) of the record that last updated it."""
+class ValueAndTimestamp(NamedTuple):
+    """A value with the timestamp (ms) of the record that last updated it (immutable; a
+    named tuple: one is created per store access)."""
 
     value: Any
     timestamp: int
@@ -86,10 +86,21 @@ class _StoreBase:
 
     #: the record cache of a caching store (a ``_Cache`` or a dict), None without caching
     cache: Any = None
+    #: Kafka's sendOldValues for the flush listener: when off, a flushed update is passed
+    #: without its old value, and the old value is read from the bytes store only for a
+    #: delete (to skip deletes of absent keys), as Kafka's caching stores
+    send_old_values = True
 
     def _evict(self) -> None:
         """Write the least recently updated cache entry through (caching stores)."""
         raise TypeError(f"store {self.name} has no record cache")
+
+    def _flush_old(self, kb: bytes, deleted: bool) -> "ValueAndTimestamp | None":
+        """The bytes store's value of ``kb`` before a cache flush writes over it, when the
+        flush listener needs it (old values sent, or a delete); else None."""
+        if self.flush_listener is None or not (deleted or self.send_old_values):
+            return None
+        return self._decode_value(self.backend.get(kb))
 
     def flush_cache(self) -> None:
         """Write dirty cache entries through (and to the flush listener) in update order."""
@@ -250,11 +261,12 @@ class KeyValueStore(_StoreBase):
     # -- cache
     def _flush_entry(self, key: Any, vt: ValueAndTimestamp | None) -> None:
         kb = self._kb(key)
-        old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
+        deleted = vt is None or vt.value is None
+        old = self._flush_old(kb, deleted)
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
         self._write(kb, self._encode_value(vt), ts)
-        if self.flush_listener is not None and not ((vt is None or vt.value is None) and old is None):
-            self.flush_listener(key, vt, old)
+        if self.flush_listener is not None and not (deleted and old is None):
+            self.flush_listener(key, vt, old if self.send_old_values else None)
 
     def _evict(self) -> None:
         assert self.cache is not None
@@ -327,8 +339,8 @@ class WindowStore(_StoreBase):
     def put(self, key: Any, value: Any, window_start: int, timestamp: int = -1) -> None:
         """Put the value of ``key`` in the window starting at ``window_start`` (ms);
         ``value`` None deletes (not with retain_duplicates)."""
-        self.observed_stream_time = max(self.observed_stream_time, window_start)
-        vt = None if value is None else ValueAndTimestamp(value, timestamp)
+        if window_start > self.observed_stream_time:
+            self.observed_stream_time = window_start
         if self.cache is not None:
             # Kafka's CachingWindowStore caches (and later flushes and forwards) even a put
             # older than the retention; the bytes store below is what drops expired windows
@@ -339,6 +351,7 @@ class WindowStore(_StoreBase):
             return
         if self._expired(window_start):
             return
+        vt = None if value is None else ValueAndTimestamp(value, timestamp)
         kb = self.key_serde.serialize(key) or b""
         if self.retain_duplicates:
             if value is None:
@@ -351,11 +364,13 @@ class WindowStore(_StoreBase):
     # -- cache
     def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
         kb = self._composite(self.key_serde.serialize(key) or b"", start)
-        old = self._decode_value(self.backend.get(kb)) if self.flush_listener is not None else None
+        deleted = vt is None or vt.value is None
+        old = self._flush_old(kb, deleted)
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
         self._write(kb, self._encode_value(vt), ts)
-        if self.flush_listener is not None and not ((vt is None or vt.value is None) and old is None):
-            self.flush_listener(Windowed(key, Window(start, start + self.window_size_ms)), vt, old)
+        if self.flush_listener is not None and not (deleted and old is None):
+            self.flush_listener(Windowed(key, Window(start, start + self.window_size_ms)), vt,
+                                old if self.send_old_values else None)
 
     def _evict(self) -> None:
         assert self.cache is not None
@@ -492,8 +507,9 @@ class SessionStore(_StoreBase):
         self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
         if self.flush_listener is not None:
             end = session.window.end
-            new = None if aggregate is None else ValueAndTimestamp(aggregate, end)
-            old = None if old_vb is None else ValueAndTimestamp(self.value_serde.deserialize(old_vb), end)
+            new = ValueAndTimestamp(aggregate, end)  # a removal: value None, still stamped with the end
+            send_old = old_vb is not None and self.send_old_values
+            old = ValueAndTimestamp(self.value_serde.deserialize(old_vb), end) if send_old else None
             self.flush_listener(session, new, old)
 
 

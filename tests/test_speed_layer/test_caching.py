@@ -93,3 +93,39 @@ def test_named_cache_dirty_key_order_through_the_processor_api(in_memory: bool) 
         out = d.create_output_topic("out").read_key_values_to_list()
         # "b" moved behind "a" by its second update; old values come from the store
         assert out == [("a", "v1<-None"), ("b", "v2<-None"), ("a", "w1<-v1"), ("b", "w2<-v2")]
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_aggregations_send_old_values_only_when_a_downstream_table_operation_asks(windowed: bool) -> None:
+    """Kafka's sendOldValues: an aggregation forwards ``Change(new, None)`` until a table
+    operation that needs old values (here ``filter``) enables them on its node."""
+    from speed_layer import TimeWindows
+
+    b = StreamsBuilder()
+    grouped: Any = b.stream("in").group_by_key()
+    if windowed:
+        grouped = grouped.windowed_by(TimeWindows.of_size_with_no_grace(10))
+    plain = grouped.count(Materialized.as_("plain"))
+    asked = grouped.count(Materialized.as_("asked"))
+    asked.filter(lambda k, v: v > 1)
+    nodes = b.topology.nodes
+    assert nodes[plain.node].op.send_old_values is False
+    assert nodes[asked.node].op.send_old_values is True
+
+
+def test_a_cache_flush_without_old_values_does_not_read_the_old_value() -> None:
+    """A caching window store flushing for a listener that takes no old values passes None
+    (and only reads the bytes store for deletes, to skip deletes of absent windows)."""
+    from speed_layer.state.backends import InMemoryBytesStore
+    from speed_layer.state.stores import WindowStore
+
+    seen: list[tuple[Any, Any, Any]] = []
+    for send_old in (True, False):
+        store = WindowStore("w", InMemoryBytesStore("w"), S, Serdes.Long(), window_size_ms=10, retention_ms=100, caching=True)
+        store.send_old_values = send_old
+        store.flush_listener = lambda k, new, old: seen.append((send_old, new.value if new else None, old.value if old else None))
+        store.put("k", 1, 0, 5)
+        store.flush_cache()
+        store.put("k", 2, 0, 6)
+        store.flush_cache()
+    assert seen == [(True, 1, None), (True, 2, 1), (False, 1, None), (False, 2, None)]

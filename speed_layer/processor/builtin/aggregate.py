@@ -13,7 +13,9 @@ KStreamWindowAggregate, KStreamSessionWindowAggregate):
   ``stream time - grace - inactivity gap``; merging sessions removes the replaced ones
   and forwards a tombstone (``Change(None, old)``) for each;
 * with a caching store updates are forwarded when the cache flushes (commit), otherwise
-  each update is forwarded at once as ``Change(new, old)``.
+  each update is forwarded at once as ``Change(new, old)``;
+* old values are sent only once a downstream table operation asked for them (Kafka's
+  ``sendOldValues``, :attr:`AggregateOp.send_old_values`); otherwise ``old`` is None.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class _Forwarding(OpProcessor):
     """Forwards ``Change`` records directly or through the store's cache flush."""
 
     def _install_flush(self, store: Any) -> None:
+        self.send_old = bool(getattr(self.op, "send_old_values", True))
+        store.send_old_values = self.send_old
         self.caching = getattr(store, "cache", None) is not None
         if self.caching:
             def on_flush(key: Any, new: ValueAndTimestamp | None, old: ValueAndTimestamp | None) -> None:
@@ -71,7 +75,7 @@ class StreamAggregateProcessor(_Forwarding):
             ts = max(record.timestamp, old.timestamp)
         self.store.put(record.key, agg, ts)
         if not self.caching:
-            self.forward(Record(record.key, Change(agg, None if old is None else old.value), ts, record.headers))
+            self.forward(Record(record.key, Change(agg, None if old is None or not self.send_old else old.value), ts, record.headers))
 
 
 class TimeWindowAggregateProcessor(_Forwarding):
@@ -92,12 +96,12 @@ class TimeWindowAggregateProcessor(_Forwarding):
         ts = record.timestamp
         self.observed_stream_time = max(self.observed_stream_time, ts)
         close_time = self.observed_stream_time - self.windows.grace_ms
-        for start, window in self.windows.windows_for(ts).items():
-            if window.end <= close_time:
+        size = self.windows.size_ms
+        for start in self.windows.window_starts(ts):
+            if start + size <= close_time:
                 self.dropped("late: window closed", record, window=(self.op.store, record.key, start))
                 continue
-            old = self.store.fetch_with_timestamps(record.key, start, start)
-            old_vt = old[0][1] if old else None
+            old_vt = self.store.fetch_one_with_timestamp(record.key, start)
             if old_vt is None:
                 agg = record.value if self.initializer is None else self.aggregator(record.key, record.value, self.initializer())
                 new_ts = ts
@@ -106,7 +110,8 @@ class TimeWindowAggregateProcessor(_Forwarding):
                 new_ts = max(ts, old_vt.timestamp)
             self.store.put(record.key, agg, start, new_ts)
             if not self.caching:
-                self.forward(Record(Windowed(record.key, window), Change(agg, None if old_vt is None else old_vt.value), new_ts, record.headers))
+                old_value = None if old_vt is None or not self.send_old else old_vt.value
+                self.forward(Record(Windowed(record.key, Window(start, start + size)), Change(agg, old_value), new_ts, record.headers))
 
 
 class SessionWindowAggregateProcessor(_Forwarding):
@@ -155,7 +160,7 @@ class SessionWindowAggregateProcessor(_Forwarding):
             for session, value in merged:
                 self.store.remove(session)
                 if not self.caching:
-                    self.forward(Record(session, Change(None, value), session.window.end, record.headers))
+                    self.forward(Record(session, Change(None, value if self.send_old else None), session.window.end, record.headers))
         agg = record.value if agg is None else self.aggregator(record.key, record.value, agg)
         key = Windowed(record.key, merged_window)
         self.store.put(key, agg)

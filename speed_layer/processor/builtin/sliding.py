@@ -65,7 +65,7 @@ class SlidingWindowAggregateProcessor(_Forwarding):
         new_ts = record.timestamp if old_agg is None else max(record.timestamp, vt.timestamp)  # type: ignore[union-attr]
         self.store.put(record.key, new_agg, start, new_ts)
         if not self.caching:
-            self.forward(Record(Windowed(record.key, window), Change(new_agg, old_agg), new_ts, record.headers))
+            self.forward(Record(Windowed(record.key, window), Change(new_agg, old_agg if self.send_old else None), new_ts, record.headers))
 
     def _create_current_right_window(self, t: int, right_agg: ValueAndTimestamp, record: Record[Any, Any]) -> None:
         """The new record's right window gets the aggregate of the records after it (which
