@@ -229,7 +229,7 @@ def run_speed(
     late_log = LateRecordLog(topology).install()
     # live replay: short polls, and commits often enough that an exact sync (which waits for
     # committed offsets) is quick
-    extra = {"poll.ms": 10, "commit.interval.ms": 200} if feed is not None else None
+    extra = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
     streams = KafkaStreams(topology, streams_config(bootstrap, app_id, root, extra))
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog")
     counts = input_record_count(bootstrap)

@@ -96,6 +96,9 @@ class StreamThread(threading.Thread):
         self._missing_since: float | None = None
         #: repartition partitions owned (their own sends are tracked by the collector)
         self._tracked: set[TP] = set()
+        #: task id -> the tracked partitions of its repartition topics owned by other tasks
+        #: (cleared whenever tasks are created or closed)
+        self._siblings: dict[str, list[TP]] = {}
         self._fetched_next: dict[TP, int] = {}
         self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
@@ -355,6 +358,7 @@ class StreamThread(threading.Thread):
             self.tp_task[tp] = task
             self.eof[tp] = False
             if tp[0] in self.plan.repartition:
+                self._siblings.clear()
                 self._tracked.add(tp)
                 self.collector.track(tp)
             if tp in committed:
@@ -433,6 +437,7 @@ class StreamThread(threading.Thread):
                 for tp in self.task_tps.pop(tid, []):
                     self.tp_task.pop(tp, None)
                     self._tracked.discard(tp)
+                    self._siblings.clear()
                     self._fetched_next.pop(tp, None)
                     if self.collector is not None:
                         self.collector.untrack(tp)
@@ -531,25 +536,36 @@ class StreamThread(threading.Thread):
     def _sibling_pending(self, task: StreamTask) -> bool:
         """True while this thread has sent a record older than the task's next record to
         another partition of one of the task's repartition topics, owned by another of its
-        tasks, and that record has not been consumed back yet. Processing the task first
+        tasks, and that record has not been processed yet (still on its way back, or
+        queued in a sibling task that is held back itself). Processing the task first
         would advance the stream time of everything downstream of both tasks past that
         record, and make it late there (the same sub-topology's tasks feed the same
         downstream partitions)."""
-        own = self.task_tps[task.task_id]
-        topics = {t for t, _ in own if (t, _) in self._tracked}
-        if not topics:
+        siblings = self._siblings.get(task.task_id)
+        if siblings is None:
+            own = self.task_tps[task.task_id]
+            topics = {tp[0] for tp in own if tp in self._tracked}
+            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self._tracked) if tp[0] in topics and tp not in own]
+        if not siblings:
             return False
         assert self.collector is not None
-        head: int | None = None
-        for tp in self._tracked:
-            if tp[0] not in topics or tp in own:
-                continue
-            pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
-            if pending is None:
-                continue
-            head = _head_timestamp(task) if head is None else head
-            if pending < head:
-                return True
+        head = _head_timestamp(task)
+        for polled in (False, True):
+            older = False
+            for tp in siblings:
+                queued = self.tp_task[tp]._queues.get(tp)
+                if queued and queued[0].timestamp < head:
+                    older = True  # the sibling holds an older record back itself: wait for it
+                    break
+                pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
+                if pending is not None and pending < head:
+                    older = True
+                    break
+            if not older or polled:
+                return older
+            # a send whose delivery report was not served yet may already be consumed back
+            # (its offset is unknown until then): serve the reports and look again
+            self.collector.poll()
         return False
 
     def _process(self) -> None:
@@ -574,14 +590,20 @@ class StreamThread(threading.Thread):
         n = 0
         while heap and n < MAX_RECORDS_PER_LOOP:
             _, i, task = heapq.heappop(heap)
+            if n and not self._ready(task, now):
+                # what was processed since it was queued may hold it back: a record sent
+                # to one of its or its siblings' repartition partitions, older than its head
+                if not self._thread_ready(now):
+                    break
+                continue
             self._maybe_begin()
             task.process_next()
             n += 1
             self._idle_since.pop(task.task_id, None)
-            if self._ready(task, now):
+            if task.buffered():
                 heapq.heappush(heap, (_head_timestamp(task), i, task))
             elif not self._thread_ready(now):
-                break
+                break  # its partition ran dry and more may be on its way (KIP-695)
 
     def _thread_ready(self, now: float) -> bool:
         """False while an assigned, unpaused partition has nothing buffered and has not

@@ -466,6 +466,8 @@ class SessionStore(_StoreBase):
         self.observed_stream_time = -1
         #: composite key -> (session, aggregate or None for a removal), in update order
         self.cache: dict[bytes, tuple[Windowed[Any], Any]] | None = {} if caching else None
+        #: serialized key -> its composite keys in the cache (lookups of one key's sessions)
+        self._cached_by_key: dict[bytes, set[bytes]] = {}
         self.cache_max_entries = cache_max_entries
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
 
@@ -487,6 +489,7 @@ class SessionStore(_StoreBase):
         if self.cache is not None:
             self.cache.pop(ck, None)
             self.cache[ck] = (session, aggregate)
+            self._cached_by_key.setdefault(kb, set()).add(ck)
             if len(self.cache) > self.cache_max_entries:
                 self._evict()
             return
@@ -501,6 +504,11 @@ class SessionStore(_StoreBase):
         assert self.cache is not None
         ck = next(iter(self.cache))
         session, aggregate = self.cache.pop(ck)
+        kb = ck[:-16]
+        cks = self._cached_by_key[kb]
+        cks.discard(ck)
+        if not cks:
+            del self._cached_by_key[kb]
         old_vb = self.backend.get(ck)
         if aggregate is None and old_vb is None:
             return
@@ -516,7 +524,9 @@ class SessionStore(_StoreBase):
     def _cached(self, kb: bytes | None) -> list[tuple[bytes, Windowed[Any], Any]]:
         if not self.cache:
             return []
-        return [(ck, sess, agg) for ck, (sess, agg) in self.cache.items() if kb is None or ck[:-16] == kb]
+        if kb is None:
+            return [(ck, sess, agg) for ck, (sess, agg) in self.cache.items()]
+        return [(ck, *self.cache[ck]) for ck in self._cached_by_key.get(kb, ())]
 
     # -- reads
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
