@@ -227,8 +227,9 @@ def run_speed(
     ensure_pipeline_topics(bootstrap)
     topology = build_topology()
     late_log = LateRecordLog(topology).install()
-    # live replay: short polls, and commits often enough that an exact sync (which waits for
-    # committed offsets) is quick
+    # live replay: short polls, and a commit every second: the record caches fold a second
+    # of window updates (a hopping window view updates 24 windows per flight), and an exact
+    # sync of the replay (which waits for committed offsets) waits at most that long
     extra = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
     streams = KafkaStreams(topology, streams_config(bootstrap, app_id, root, extra))
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog")
