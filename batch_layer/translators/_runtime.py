@@ -26,6 +26,7 @@ Errors
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 import pickle
 from bisect import bisect_left, bisect_right
 from itertools import groupby
@@ -170,15 +171,16 @@ class FrameDecoder:
 
 
 # --------------------------------------------------------------------------- steps
-class Step:
+class Step(ABC):
     """One stateless node of a fused chain: ``step(rec) -> list of records`` (may raise:
     the record is then counted as an error of ``node``)."""
 
     node: str = ""
     expensive = False
 
-    def __call__(self, r: Rec) -> list[Rec] | None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def __call__(self, r: Rec) -> list[Rec] | None:
+        """The records ``r`` becomes (None or [] drops it)."""
 
 
 class FilterStep(Step):

@@ -1,6 +1,7 @@
 """What every translator implements, and the compile-time "cannot translate" signal."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from speed_layer.graph import ops
@@ -25,7 +26,7 @@ class Unsupported(Exception):
         self.reason = reason
 
 
-class Translator:
+class Translator(ABC):
     """Translates one op type into PySpark.
 
     * :meth:`dependencies`: the nodes whose output this node reads (default: its parents);
@@ -43,8 +44,9 @@ class Translator:
     def check(self, node: GraphNode, topology: "Topology") -> None:
         return None
 
-    def build(self, node: GraphNode, ctx: "ExecContext") -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def build(self, node: GraphNode, ctx: "ExecContext") -> Any:
+        """The node's output representation, built from its dependencies' in ``ctx``."""
 
 
 def require_table_parent(node: GraphNode, topology: "Topology", what: str) -> None:

@@ -8,6 +8,7 @@ speed layer's processor semantics (``speed_layer/processor/builtin/stateless.py`
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import TYPE_CHECKING
 
 from speed_layer.graph import ops
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class _StepTranslator(Translator):
-    def step(self, node: GraphNode) -> rt.Step:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def step(self, node: GraphNode) -> rt.Step:
+        """The fused step that computes ``node`` record by record."""
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> StreamPipe:
         return ctx.stream(node.parents[0]).then(self.step(node))
