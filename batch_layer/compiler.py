@@ -33,6 +33,8 @@ from .translators import TRANSLATORS, VIEW_WRITERS, Translator, Unsupported
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from .general.plan import GeneralPlan
+
     from .translators._plan import ExecContext
 
 __all__ = ["BatchCompileError", "BatchOptions", "BatchPlan", "BatchViews", "compile_topology"]
@@ -78,6 +80,11 @@ class BatchOptions:
             when recomputing it would redo a join or shuffle.
         key_buckets: keyed ``applyInPandas`` steps (aggregations, shuffled joins, table
             views) hash keys into this many groups, each call folding all of its keys.
+        executor: ``"auto"``: the relational translation when every node upstream of the
+            requested views has one, else the general executor (the speed layer's own
+            processors run per task inside Spark, ``batch_layer.general``);
+            ``"general"``: always the general executor. Both give the same answer
+            (docs/batch-executors.md).
     """
 
     join_strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
@@ -86,8 +93,11 @@ class BatchOptions:
     min_input_partitions: int | None = None
     persist_shared: bool = True
     key_buckets: int = 64
+    executor: Literal["auto", "general"] = "auto"
 
     def __post_init__(self) -> None:
+        if self.executor not in ("auto", "general"):
+            raise ValueError(f"executor must be auto or general, got {self.executor!r}")
         if self.join_strategy not in ("auto", "broadcast", "shuffle"):
             raise ValueError(f"join_strategy must be auto, broadcast or shuffle, got {self.join_strategy!r}")
         if self.broadcast_max_rows < 0 or self.window_block_ms <= 0 or self.key_buckets <= 0:
@@ -152,6 +162,11 @@ class BatchPlan:
     src_index: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @property
+    def executor(self) -> str:
+        """``"relational"`` (a ``GeneralPlan`` says ``"general"``)."""
+        return "relational"
+
+    @property
     def source_topics(self) -> list[str]:
         """Topics read from ``<lake>/raw/<topic>`` by this plan."""
         out = []
@@ -209,34 +224,80 @@ def compile_topology(
     views: list[str] | None = None,
     config: StreamsConfig | dict[str, Any] | None = None,
     options: BatchOptions | None = None,
-) -> BatchPlan:
+    outputs: bool = False,
+) -> "BatchPlan | GeneralPlan":
     """Compile ``topology`` for the batch layer; needs no Spark.
+
+    The batch contract (docs/contracts.md, "Batch semantics"): batch is authoritative for
+    history. It computes the answer of the speed layer given the whole input in event-time
+    order ``(timestamp, table changes first, partition, offset, topic)``, so no record is
+    late: for every table key and every window, the result equals the speed layer's when
+    the speed layer dropped nothing as late. Each record a task sends takes the place of
+    the input record that caused it (a repartition costs no reordering).
+
+    Every node has a batch execution. With ``options.executor == "auto"`` the nodes
+    upstream of the requested views are translated relationally (fused ``mapInPandas``
+    steps, as-of joins, window folds: ``batch_layer.translators``) when all of them have a
+    translation; otherwise the topology runs on the general executor
+    (``batch_layer.general``): the speed layer's own ``StreamTask``s, one per sub-topology
+    and partition, on Kafka's partitioning, inside ``applyInPandas``.
 
     Args:
         topology: the same Topology the speed layer runs.
-        views: store names to compute (each written by ``topology.store_writers[store]``);
-            None: every store in ``store_writers``.
+        views: store names to compute; None: every store in ``topology.store_writers``
+            plus the stores of Processor-API nodes.
         config: the speed layer's StreamsConfig (or dict), for the default serdes of sources
-            without explicit ones (default: String key, JSON value).
+            without explicit ones (default: String key, JSON value) and ``application.id``.
         options: :class:`BatchOptions`.
+        outputs: also compute the records of every output topic (a topic the topology
+            writes but does not read, the dead-letter topic included), returned as
+            ``execute(...).topics``; the relational path computes views only, so this
+            selects the general executor.
 
     Returns:
-        A :class:`BatchPlan` holding only the nodes upstream of the requested views.
+        A :class:`BatchPlan` (relational) or a ``GeneralPlan``; both have ``views``,
+        ``source_topics``, ``explain()`` and ``execute(spark, lake)``.
 
     Raises:
-        BatchCompileError: a requested view does not exist, or a node upstream of a
-            requested view cannot be translated (e.g. a ``ProcessOp`` with a user Processor,
-            a stream-stream join, sliding windows); the error names the node, its op, the
-            reason and the views that need it. Nodes not upstream of a requested view are
-            never checked.
+        BatchCompileError: a requested view is not a store of the topology.
     """
     cfg = StreamsConfig.of(config)
     opts = options or BatchOptions()
+    requested = default_views(topology) if views is None else list(dict.fromkeys(views))
+    for store in requested:
+        if store not in topology.stores:
+            raise BatchCompileError(f"no view {store!r}: the topology materializes {sorted(default_views(topology))}")
+    if opts.executor == "auto" and not outputs:
+        try:
+            return _compile_relational(topology, requested, cfg, opts)
+        except BatchCompileError as exc:
+            if exc.node is None:
+                raise
+    from .general.plan import plan_general
+
+    return plan_general(topology, tuple(requested), cfg, opts)
+
+
+def default_views(topology: Topology) -> list[str]:
+    """Every store of ``topology.store_writers``, then the Processor-API nodes' stores."""
+    from .general.plan import process_stores
+
+    return list(dict.fromkeys([*topology.store_writers, *process_stores(topology)]))
+
+
+def _compile_relational(topology: Topology, requested: list[str], cfg: StreamsConfig, opts: BatchOptions) -> BatchPlan:
+    """The relational plan of ``requested``.
+
+    Raises:
+        BatchCompileError: naming the node (``node`` set) when a node upstream of a
+            requested view has no relational translation, or a view's store is not
+            written by an op served relationally.
+    """
     writers = topology.store_writers
-    requested = list(writers) if views is None else list(dict.fromkeys(views))
     for store in requested:
         if store not in writers:
-            raise BatchCompileError(f"no view {store!r}: the topology materializes {sorted(writers)}")
+            raise BatchCompileError(f"store {store!r} is not written by a DSL aggregation or table",
+                                    node=store, op="StoreSpec", views=[store])
 
     needed_by: dict[str, set[str]] = {}
     deps: dict[str, tuple[str, ...]] = {}

@@ -447,6 +447,11 @@ class WindowStore(_StoreBase):
         """Every unexpired ``(Windowed(key, window), value)``."""
         return self.fetch_all(0, _MAX)
 
+    def all_with_timestamps(self) -> list[tuple[Windowed[Any], ValueAndTimestamp]]:
+        """Every unexpired ``(Windowed(key, window), ValueAndTimestamp)``, by key then
+        window start (duplicates of a join buffer each appear)."""
+        return [(Windowed(k, Window(s, s + self.window_size_ms)), vt) for k, s, vt in self._rows(None, 0, _MAX)]
+
 
 class SessionStore(_StoreBase):
     """A session store (Kafka's SessionStore): aggregates per ``Windowed(key, [start, end])``.

@@ -65,33 +65,36 @@ def test_unknown_view_is_a_compile_error() -> None:
     assert err.value.node is None
 
 
-def test_user_processor_upstream_of_a_view_names_the_node() -> None:
+def test_user_processor_upstream_of_a_view_runs_on_the_general_executor() -> None:
     topo = _two_views_one_processor()
-    with pytest.raises(BatchCompileError) as err:
-        compile_topology(topo)
-    e = err.value
-    assert e.node == "my-processor" and e.op == "ProcessOp" and e.views == ("processed",)
-    assert "my-processor" in str(e) and "user Processor" in str(e) and "processed" in str(e)
-    # a view that does not depend on it compiles
+    plan = compile_topology(topo)
+    assert plan.executor == "general" and set(plan.views) == {"plain", "processed"}
+    assert "general" in plan.explain() and "sub-topology 0" in plan.explain()
+    # a view that does not depend on it compiles relationally
     plan = compile_topology(topo, views=["plain"])
-    assert "my-processor" not in plan.nodes
+    assert plan.executor == "relational" and "my-processor" not in plan.nodes
 
 
-def test_stream_stream_join_is_not_translated_yet() -> None:
+def test_stream_stream_join_runs_on_the_general_executor() -> None:
     b = StreamsBuilder()
     left, right = b.stream("left"), b.stream("right")
     left.join(right, lambda a, c: (a, c), JoinWindows.of_time_difference_with_no_grace(timedelta(seconds=5))) \
         .group_by_key().count(Materialized.as_("joined"))
-    with pytest.raises(BatchCompileError, match="needed by view.*joined.*no translation") as err:
-        compile_topology(b.build())
-    assert err.value.node is not None and err.value.views == ("joined",)
+    plan = compile_topology(b.build())
+    assert plan.executor == "general" and plan.views == ("joined",)
+    assert sorted(plan.source_topics) == ["left", "right"]
 
 
-def test_sliding_windows_are_a_compile_error() -> None:
+def test_sliding_windows_run_on_the_general_executor() -> None:
     b = StreamsBuilder()
     b.stream("in").group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(1000)).count(Materialized.as_("sliding"))
-    with pytest.raises(BatchCompileError, match="SlidingWindows aggregations are not translated"):
-        compile_topology(b.build())
+    assert compile_topology(b.build()).executor == "general"
+
+
+def test_general_executor_on_request_and_for_output_topics() -> None:
+    assert compile_topology(build_topology(), options=BatchOptions(executor="general")).executor == "general"
+    assert compile_topology(build_topology(), outputs=True).executor == "general"
+    assert compile_topology(build_topology()).executor == "relational"
 
 
 def test_options_are_validated() -> None:
@@ -99,6 +102,8 @@ def test_options_are_validated() -> None:
         BatchOptions(join_strategy="hash")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         BatchOptions(key_buckets=0)
+    with pytest.raises(ValueError, match="executor must be auto or general"):
+        BatchOptions(executor="fast")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("size,advance", [(10, 10), (10, 3), (3_600_000, 3_600_000), (86_400_000, 3_600_000), (7, 1)])

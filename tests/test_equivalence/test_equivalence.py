@@ -76,11 +76,12 @@ def clicks_records(n: int = 400) -> list:
     return out
 
 
-def test_a_windowed_count_and_stateless_ops(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["auto", "general"])
+def test_a_windowed_count_and_stateless_ops(spark, tmp_path: Path, executor: str) -> None:
     raws = produce("clicks", clicks_records(), partitions=3)
     write_raw(tmp_path, raws)
     views = {"clicks_10s": True, "page_fold": False, "fanout_hop": True}
-    res = run_batch(spark, clicks_topology(), tmp_path)
+    res = run_batch(spark, clicks_topology(), tmp_path, options=BatchOptions(executor=executor))
     assert set(res.views) == set(views)
     assert res.dropped == 2 and res.dropped_by_node == {clicks_topology().source_topics()["clicks"]: 2}
     assert res.watermark_ms == max(r.timestamp for r in raws)
@@ -142,14 +143,16 @@ def orders_records() -> tuple[list, list, list]:
     return orders, table, items
 
 
-@pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
+@pytest.mark.parametrize("strategy", ["broadcast", "shuffle", "general"])
 def test_b_stream_table_asof_join_then_tumbling_and_hopping(spark, tmp_path: Path, strategy: str) -> None:
+    """``general``: the general executor instead of the relational as-of join."""
     orders, users, items = orders_records()
     raws = produce("orders", orders, 3) + produce("users", users, 3) + produce("items", items, 1)
     write_raw(tmp_path, raws)
     views = {"orders_per_city": True, "revenue_5m": True}
-    res = run_batch(spark, orders_topology(), tmp_path, views=list(views), options=BatchOptions(join_strategy=strategy))
-    assert set(res.join_strategies.values()) == {strategy}
+    options = BatchOptions(executor="general") if strategy == "general" else BatchOptions(join_strategy=strategy)
+    res = run_batch(spark, orders_topology(), tmp_path, views=list(views), options=options)
+    assert set(res.join_strategies.values()) == (set() if strategy == "general" else {strategy})
     assert res.dropped == 0
     assert res.watermark_ms == max(r.timestamp for r in raws if r.topic == "orders")
     speed, _ = speed_views(orders_topology(), raws, {"users", "items"}, views)
@@ -209,12 +212,13 @@ def sessions_records() -> tuple[list, list]:
     return visits, profiles
 
 
-def test_c_session_windows_and_table_to_stream(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["auto", "general"])
+def test_c_session_windows_and_table_to_stream(spark, tmp_path: Path, executor: str) -> None:
     visits, profiles = sessions_records()
     raws = produce("visits", visits, 2) + produce("profiles", profiles, 2)
     write_raw(tmp_path, raws)
     views = {"visit_sessions": True, "page_sessions": True, "level_updates": False}
-    res = run_batch(spark, sessions_topology(), tmp_path, views=list(views))
+    res = run_batch(spark, sessions_topology(), tmp_path, views=list(views), options=BatchOptions(executor=executor))
     assert res.dropped == 0
     speed, _ = speed_views(sessions_topology(), raws, {"profiles"}, views)
     assert_views_equal(batch_views(tmp_path, views), speed)
@@ -224,7 +228,8 @@ def test_c_session_windows_and_table_to_stream(spark, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- (d) the flagship on real flights
-def test_d_flagship_flights(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["auto", "general"])
+def test_d_flagship_flights(spark, tmp_path: Path, executor: str) -> None:
     from pipelines.flights_data import TOPICS, flight_records, table_records
     from pipelines.topologies.flights import STREAMS_CONFIG, VIEWS, build_topology
 
@@ -234,7 +239,7 @@ def test_d_flagship_flights(spark, tmp_path: Path) -> None:
     for t in ("planes", "airports", "airlines"):
         raws += produce(t, json_records(table_records(t)), TOPICS[t])
     write_raw(tmp_path, raws)
-    res = run_batch(spark, build_topology(), tmp_path, views=list(VIEWS))
+    res = run_batch(spark, build_topology(), tmp_path, views=list(VIEWS), options=BatchOptions(executor=executor))
     assert res.dropped == 1
     assert res.watermark_ms == max(r.timestamp for r in raws if r.topic == "flights" and r.key != b"N0BAD")
     info = json.loads((tmp_path / "views" / "_batch.json").read_text())

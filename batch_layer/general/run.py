@@ -1,0 +1,256 @@
+"""One execution of a :class:`~batch_layer.general.plan.GeneralPlan` in Spark, and the
+views it returns."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from speed_layer.graph.nodes import SubTopology
+from speed_layer.runtime.internal_topics import plan_topology
+
+from ..compiler import BatchCompileError, BatchViews
+from ..errors import BatchLayerError
+from .plan import MAX_ROUNDS, GeneralPlan, in_memory, task_spec, union_all
+from .worker import INPUT_SCHEMA, OUTPUT_SCHEMA, task_function
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["GeneralRun", "GeneralViews"]
+
+_VIEW_COLUMNS = ("skey as key", "ws as window_start", "we as window_end", "sval as value", "sts as timestamp")
+
+
+class GeneralViews(BatchViews):
+    """``{store: view DataFrame}`` computed by the general executor (columns of
+    contracts.md), plus :attr:`topics`: ``{topic: DataFrame}`` of every topic the topology
+    writes but does not read (``key binary, value binary, timestamp long, partition int,
+    offset long``; offsets number each partition's records in batch order), the dead-letter
+    topic included when records were dead-lettered."""
+
+    def __init__(self, frames: dict[str, "DataFrame"], topics: dict[str, "DataFrame"], dropped: "DataFrame",
+                 watermark: "DataFrame", persisted: list["DataFrame"]) -> None:
+        dict.__init__(self, frames)
+        self.topics = topics
+        self._dropped = dropped
+        self._watermark = watermark
+        self._persisted = persisted
+        self._counts: dict[str, int] | None = None
+
+    def dropped_by_node(self) -> dict[str, int]:
+        """Records dropped (skipped or dead-lettered) per source node of the record."""
+        if self._counts is None:
+            rows = self._dropped.groupBy("skey").sum("sts").collect()
+            self._counts = {r[0]: int(r[1]) for r in sorted(rows)}
+        return dict(self._counts)
+
+    def dropped(self) -> int:
+        return sum(self.dropped_by_node().values())
+
+    def watermark_ms(self) -> int:
+        """Largest timestamp extracted from the stream input topics' records (dropped
+        records excluded), ms; -1 if none."""
+        value = self._watermark.collect()[0][0]
+        return -1 if value is None else int(value)
+
+    @property
+    def join_strategies(self) -> dict[str, str]:
+        return {}
+
+    def release(self) -> None:
+        for df in self._persisted:
+            df.unpersist()
+        self._persisted.clear()
+
+
+class GeneralRun:
+    """State of one :meth:`GeneralPlan.execute`."""
+
+    def __init__(self, plan: GeneralPlan, spark: "SparkSession", lake: Any, input_frames: dict[str, "DataFrame"]) -> None:
+        self.plan, self.spark, self.input_frames = plan, spark, input_frames
+        self.lake = None if lake is None else str(lake)
+        self.topology = in_memory(plan.topology)
+        self.src_index = {t: i for i, t in enumerate(sorted(plan.input_topics))}
+        #: full topic name -> frames of records sent to it (:data:`INPUT_SCHEMA`)
+        self.sent: dict[str, list["DataFrame"]] = {}
+        self.outputs: list["DataFrame"] = []
+        self.persisted: list["DataFrame"] = []
+
+    # ------------------------------------------------------------------ inputs
+    def raw(self, topic: str) -> "DataFrame":
+        """The raw records of input ``topic`` (:data:`batch_layer.general.plan.RAW_COLUMNS`).
+
+        Raises:
+            BatchLayerError: neither an input frame nor ``<lake>/raw/<topic>`` exists.
+        """
+        cols = ["key", "value", "timestamp", "partition", "offset"]
+        if topic in self.input_frames:
+            return self.input_frames[topic].select(*cols)
+        if self.lake is None:
+            raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
+        path = f"{self.lake.rstrip('/')}/raw/{topic}"
+        if "://" not in path and not (Path(path) / "_delta_log").is_dir():
+            raise BatchLayerError(f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
+                                  "(batch_layer.ingest.ingest_topic) or pass input_frames")
+        return self.spark.read.format("delta").load(path).select(*cols)
+
+    def input_rows(self, topic: str) -> "DataFrame":
+        """``topic``'s records as task input rows (:data:`INPUT_SCHEMA`)."""
+        from pyspark.sql import functions as F
+
+        if topic in self.plan.produced:
+            frames = self.sent.get(topic)
+            return union_all(frames) if frames else self.spark.createDataFrame([], INPUT_SCHEMA)
+        rank = 0 if topic in self.plan.table_topics else 1
+        return self.raw(topic).select(
+            F.lit(topic).alias("topic"), F.col("partition").cast("int").alias("p"), F.col("offset").cast("long").alias("o"),
+            F.col("key").alias("k"), F.col("value").alias("v"), F.col("timestamp").cast("long").alias("ts"),
+            F.lit(None).cast("binary").alias("ok"), F.lit(None).cast("binary").alias("h"),
+            F.lit(rank).alias("rank"), F.lit(self.src_index[topic]).alias("src"))
+
+    def partition_counts(self) -> dict[str, int]:
+        """Every topic's partition count: input topics from their records, repartition
+        topics as the speed layer derives them.
+
+        Raises:
+            TopologyException: co-partitioned topics with different counts.
+        """
+        from pyspark.sql import functions as F
+
+        user: dict[str, int | None] = {}
+        for t in self.plan.input_topics:
+            top = self.raw(t).agg(F.max("partition")).collect()[0][0]
+            user[t] = 1 if top is None else int(top) + 1
+        # a user topic the topology writes and reads back (``through``) is sized like
+        # the largest input topic
+        app = self.plan.config.application_id
+        internal = {f"{app}-{t}" for t in self.plan.topology.internal_topics}
+        widest = max([n for n in user.values() if n] or [1])
+        for t in self.plan.produced:
+            if t not in user and t not in internal:
+                user[t] = widest
+        counts = dict(plan_topology(self.plan.topology, app, user).partitions)
+        counts.update({t: n for t, n in user.items() if n is not None})
+        return counts
+
+    # ------------------------------------------------------------------ stages
+    def run_sub(self, sub: SubTopology, partitions: dict[str, int]) -> "DataFrame":
+        """Run ``sub``'s tasks; returns their persisted output rows (:data:`OUTPUT_SCHEMA`)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        topics = self.plan.reads[sub.id] if sub.id >= 0 else sub.source_topics
+        tasks = max([partitions.get(t, 1) for t in topics if t not in self._global_topics(sub)] or [1])
+        frames = []
+        for t in topics:
+            rows = self.input_rows(t)
+            if t in self._global_topics(sub) and tasks > 1:
+                fan = self.spark.range(tasks).select(F.col("id").cast("int").alias("tp"))
+                rows = rows.crossJoin(fan).withColumn("p", F.col("tp")).drop("tp")
+            frames.append(rows)
+        default = max(partitions.get(t, 1) for t in topics) if topics else 1
+        spec = task_spec(self.plan, self.topology, sub, partitions, default)
+        out = union_all(frames).groupBy("p").applyInPandas(task_function(spec), OUTPUT_SCHEMA)
+        out = out.persist(StorageLevel.DISK_ONLY)
+        self.persisted.append(out)
+        return out
+
+    def _global_topics(self, sub: SubTopology) -> set[str]:
+        if sub.id < 0:
+            return set()
+        return {t for g in self.plan.globals_of[sub.id] for t in g[2]}
+
+    def record_topics(self, out: "DataFrame") -> list[str]:
+        """Topics ``out`` sent records to (one small Spark job over the persisted rows)."""
+        return sorted(r[0] for r in out.filter("kind = 'r'").select("topic").distinct().collect())
+
+    def sent_rows(self, out: "DataFrame", topic: str) -> "DataFrame":
+        """Records ``out`` sent to ``topic`` as task input rows of the reading sub-topology."""
+        from pyspark.sql import functions as F
+
+        return out.filter((F.col("kind") == "r") & (F.col("topic") == topic)).select(
+            "topic", "p", F.lit(None).cast("long").alias("o"), "k", "v", "ts", "ok", "h",
+            F.lit(1).alias("rank"), F.lit(0).alias("src"))
+
+    def publish(self, out: "DataFrame", topics: list[str]) -> None:
+        for t in topics:
+            self.sent.setdefault(t, []).append(self.sent_rows(out, t))
+
+    def run_group(self, subs: tuple[SubTopology, ...], cyclic: bool, partitions: dict[str, int]) -> None:
+        """Run a group of sub-topologies; a cyclic one to a fixed point of its feedback
+        topics (see the module docstring of :mod:`batch_layer.general.plan`)."""
+        if not cyclic:
+            out = self.run_sub(subs[0], partitions)
+            self.outputs.append(out)
+            self.publish(out, self.record_topics(out))
+            return
+        ids = {s.id for s in subs}
+        feedback = sorted(t for t, writers in self.plan.produced.items()
+                          if any(w in ids for w in writers) and any(t in self.plan.reads[i] for i in ids))
+        outer = {t: list(self.sent.get(t, [])) for t in feedback}
+        last: dict[int, "DataFrame"] = {}
+        previous: tuple[Any, ...] | None = None
+        for _ in range(MAX_ROUNDS):
+            for sub in subs:
+                out = self.run_sub(sub, partitions)
+                last[sub.id] = out
+                for t in feedback:  # the freshest records of the group, plus any from outside
+                    self.sent[t] = outer[t] + [self.sent_rows(o, t) for o in last.values()]
+            signature = tuple(self._signature(t) for t in feedback)
+            if signature == previous:
+                break
+            previous = signature
+        else:
+            raise BatchCompileError(f"sub-topologies {sorted(ids)} feed each other through {feedback} and did not settle "
+                                    f"within {MAX_ROUNDS} rounds")
+        for out in last.values():
+            self.outputs.append(out)
+            self.publish(out, [t for t in self.record_topics(out) if t not in feedback])
+
+    def _signature(self, topic: str) -> tuple[int, int]:
+        """``(count, order-independent hash)`` of the records sent to ``topic``."""
+        from pyspark.sql import functions as F
+
+        df = union_all(self.sent[topic])
+        row = df.agg(F.count(F.lit(1)), F.sum(F.xxhash64("topic", "p", "k", "v", "ts", "ok", "h").cast("decimal(38,0)"))).collect()[0]
+        return int(row[0]), int(row[1] or 0)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> GeneralViews:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        try:
+            partitions = self.partition_counts()
+            for group in self.plan.groups:
+                self.run_group(group.subs, group.cyclic, partitions)
+            for store in self.plan.views:
+                spec = self.plan.topology.stores[store]
+                if spec.global_topic:
+                    self.outputs.append(self.run_sub(self._global_sub(store), partitions))
+            rows = union_all(self.outputs) if self.outputs else self.spark.createDataFrame([], OUTPUT_SCHEMA)
+            frames = {s: rows.filter((F.col("kind") == "s") & (F.col("topic") == s)).selectExpr(*_VIEW_COLUMNS)
+                      for s in self.plan.views}
+            read = {t for ts in self.plan.reads.values() for t in ts}
+            topics = {}
+            for t, frames_of in self.sent.items():
+                if t in read:
+                    continue
+                df = union_all(frames_of)
+                order = Window.partitionBy("p").orderBy("ok")
+                topics[t] = df.select(F.col("k").alias("key"), F.col("v").alias("value"), F.col("ts").alias("timestamp"),
+                                      F.col("p").alias("partition"), (F.row_number().over(order) - 1).cast("long").alias("offset"))
+            watermark = rows.filter(F.col("kind") == "w").agg(F.max("sts"))
+            return GeneralViews(frames, topics, rows.filter(F.col("kind") == "d"), watermark, self.persisted)
+        except BaseException:
+            for df in self.persisted:
+                df.unpersist()
+            raise
+
+    def _global_sub(self, store: str) -> SubTopology:
+        """A one-task pseudo sub-topology filling global store ``store`` from its topic."""
+        for n in self.plan.topology.nodes.values():
+            if getattr(n.op, "store", None) == store and n.parents and type(n.op).__name__ == "GlobalStoreOp":
+                topics = tuple(self.plan.topology.nodes[n.parents[0]].op.topics)
+                return SubTopology(-1, (n.parents[0], n.name), topics, (), (store,))
+        raise BatchLayerError(f"no global store {store!r}")
