@@ -2,11 +2,13 @@
 whole history (the batch layer of the lambda architecture).
 
 The batch result equals the speed layer's for every closed window when no record was dropped
-as late: each op is translated with the speed layer's processor semantics (see
-``batch_layer.translators``), user functions run unchanged in Spark's Python workers
-(``mapInPandas`` / ``applyInPandas``, pickled with cloudpickle), and records are ordered by
-``(timestamp, source partition, offset)`` of their original source record
-(docs: architecture.md, "Ordering semantics for batch").
+as late (docs/contracts.md, "Batch semantics"). Two executors give that answer
+(docs/batch-executors.md): relational translations with the speed layer's processor
+semantics (``batch_layer.translators``), and the general executor
+(``batch_layer.general``), which runs the speed layer's own tasks inside Spark for every
+node without a relational form. User functions run unchanged in Spark's Python workers
+(``mapInPandas`` / ``applyInPandas``, pickled with cloudpickle); records are ordered by
+``(timestamp, source partition, offset)`` of their original source record.
 
 Usage::
 

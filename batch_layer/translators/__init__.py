@@ -5,8 +5,9 @@ One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sourc
 ``stateless`` (filter, map, flatMap, peek, branch, merge), ``table`` (KTable filter,
 mapValues, toStream), ``joins`` (stream-table as-of joins), ``aggregate`` (windowed and plain
 aggregations). An op type missing from :data:`TRANSLATORS` (stream-stream and table-table
-joins, cogroup, suppress, KTable re-grouping, ...) makes ``compile_topology`` raise
-``BatchCompileError`` when a requested view depends on it.
+joins, cogroup, suppress, KTable re-grouping, ...) or refused by its translator's ``check``
+has no relational form: ``compile_topology`` then runs the plan on the general executor
+(``batch_layer.general``; docs/batch-executors.md).
 
 Importing this package does not start Spark.
 """
@@ -27,11 +28,12 @@ from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTran
 
 
 class ProcessTranslator(Translator):
-    """Processor-API nodes are opaque: always a compile error when a view needs them."""
+    """Processor-API nodes are opaque to a relational translation: ``check`` refuses them,
+    so a plan that needs one runs on the general executor, which runs the processor."""
 
     def check(self, node: GraphNode, topology: object) -> None:
-        raise Unsupported("a user Processor (Processor API, KStream.process/process_values) cannot be translated: "
-                          "its state, punctuations and forwarding are opaque to the batch layer")
+        raise Unsupported("a user Processor (Processor API, KStream.process/process_values) has no relational form: "
+                          "its state, punctuations and forwarding are opaque; it runs on the general executor")
 
     def build(self, node: GraphNode, ctx: object) -> None:
         self.check(node, ctx)  # never reached: check fails at compile time
