@@ -31,23 +31,23 @@ from typing import TYPE_CHECKING, Any
 
 from speed_layer.config import StreamsConfig
 from speed_layer.graph.nodes import SubTopology
-from speed_layer.graph.ops import GlobalStoreOp, ProcessOp, SourceOp
-from speed_layer.runtime.internal_topics import plan_topology
+from speed_layer.graph.ops import GlobalStoreOp, ProcessOp, SourceOp, TableSourceOp
 from speed_layer.topology import Topology
 
-from .worker import INPUT_SCHEMA, OUTPUT_SCHEMA, TaskSpec, task_function
+from .worker import TaskSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..compiler import BatchOptions
 
-__all__ = ["GeneralPlan", "plan_general", "MAX_ROUNDS"]
+__all__ = [
+    "FULL_HISTORY_MS", "MAX_ROUNDS", "GeneralPlan", "Group", "batch_config", "full_history", "in_memory", "plan_general",
+    "process_stores", "task_spec", "union_all",
+]
 
 #: rounds a group of sub-topologies that feed each other may take to settle
 MAX_ROUNDS = 10
-RAW_COLUMNS = ["key", "value", "timestamp", "partition", "offset"]
-TOPIC_SCHEMA = "key binary, value binary, timestamp long, partition int, offset long"
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def plan_general(topology: Topology, views: tuple[str, ...], config: StreamsConf
     for n in topology.nodes.values():
         if isinstance(n.op, SourceOp):
             children = [topology.nodes[c].op for c in topology.children(n.name)]
-            if children and all(type(c).__name__ in ("TableSourceOp", "GlobalStoreOp") for c in children):
+            if children and all(isinstance(c, (TableSourceOp, GlobalStoreOp)) for c in children):
                 table_topics.update(n.op.topics)
     inputs = tuple(sorted(t for t in all_read if t not in produced))
     return GeneralPlan(topology, views, config, options, tuple(groups), {t: tuple(v) for t, v in produced.items()},
@@ -252,5 +252,3 @@ def task_spec(plan: GeneralPlan, topology: Topology, sub: SubTopology, partition
 def union_all(frames: list["DataFrame"]) -> "DataFrame":
     return reduce(lambda a, b: a.unionByName(b), frames)
 
-
-__all__ += ["INPUT_SCHEMA", "OUTPUT_SCHEMA", "TOPIC_SCHEMA", "process_stores", "in_memory", "full_history", "FULL_HISTORY_MS", "task_spec", "union_all", "Group"]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speed_layer.graph.nodes import SubTopology
+from speed_layer.graph.ops import GlobalStoreOp
 from speed_layer.runtime.internal_topics import plan_topology
 
 from ..compiler import BatchCompileError, BatchViews
@@ -78,7 +79,7 @@ class GeneralRun:
 
     # ------------------------------------------------------------------ inputs
     def raw(self, topic: str) -> "DataFrame":
-        """The raw records of input ``topic`` (:data:`batch_layer.general.plan.RAW_COLUMNS`).
+        """The raw records of input ``topic``: ``key, value, timestamp, partition, offset``.
 
         Raises:
             BatchLayerError: neither an input frame nor ``<lake>/raw/<topic>`` exists.
@@ -250,7 +251,7 @@ class GeneralRun:
     def _global_sub(self, store: str) -> SubTopology:
         """A one-task pseudo sub-topology filling global store ``store`` from its topic."""
         for n in self.plan.topology.nodes.values():
-            if getattr(n.op, "store", None) == store and n.parents and type(n.op).__name__ == "GlobalStoreOp":
+            if isinstance(n.op, GlobalStoreOp) and n.op.store == store:
                 topics = tuple(self.plan.topology.nodes[n.parents[0]].op.topics)
                 return SubTopology(-1, (n.parents[0], n.name), topics, (), (store,))
         raise BatchLayerError(f"no global store {store!r}")
