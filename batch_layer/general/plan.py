@@ -97,6 +97,23 @@ class GeneralPlan:
     def nodes(self) -> tuple[str, ...]:
         return tuple(self.topology.nodes)
 
+    def levels(self) -> list[list[Group]]:
+        """The groups by dependency level: a group's level is one more than the highest
+        level of the groups writing a topic it reads; the acyclic groups of one level run
+        in one Spark stage."""
+        level_of: dict[int, int] = {}
+        out: list[list[Group]] = []
+        for g in self.groups:  # dependency order
+            ids = {s.id for s in g.subs}
+            writers = {w for s in g.subs for t in self.reads[s.id] for w in self.produced.get(t, ()) if w not in ids}
+            lvl = max((level_of[w] + 1 for w in writers), default=0)
+            for i in ids:
+                level_of[i] = lvl
+            while len(out) <= lvl:
+                out.append([])
+            out[lvl].append(g)
+        return out
+
     def explain(self) -> str:
         """One line per sub-topology group: ids, topics read, whether it iterates."""
         lines = [f"views: {', '.join(self.views)}", "executor: general (speed layer processors per task)"]

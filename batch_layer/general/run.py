@@ -118,10 +118,11 @@ class GeneralRun:
         """
         from pyspark.sql import functions as F
 
-        user: dict[str, int | None] = {}
-        for t in self.plan.input_topics:
-            top = self.raw(t).agg(F.max("partition")).collect()[0][0]
-            user[t] = 1 if top is None else int(top) + 1
+        user: dict[str, int | None] = {t: 1 for t in self.plan.input_topics}
+        if self.plan.input_topics:
+            frames = [self.raw(t).select(F.lit(t).alias("topic"), "partition") for t in self.plan.input_topics]
+            for topic, top in union_all(frames).groupBy("topic").agg(F.max("partition")).collect():
+                user[topic] = 1 if top is None else int(top) + 1
         # a user topic the topology writes and reads back (``through``) is sized like
         # the largest input topic
         app = self.plan.config.application_id
@@ -135,23 +136,27 @@ class GeneralRun:
         return counts
 
     # ------------------------------------------------------------------ stages
-    def run_sub(self, sub: SubTopology, partitions: dict[str, int]) -> "DataFrame":
-        """Run ``sub``'s tasks; returns their persisted output rows (:data:`OUTPUT_SCHEMA`)."""
+    def run_subs(self, subs: list[SubTopology], partitions: dict[str, int]) -> "DataFrame":
+        """Run the tasks of ``subs`` (independent of each other) in one Spark stage;
+        returns their persisted output rows (:data:`OUTPUT_SCHEMA`)."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        topics = self.plan.reads[sub.id] if sub.id >= 0 else sub.source_topics
-        tasks = max([partitions.get(t, 1) for t in topics if t not in self._global_topics(sub)] or [1])
         frames = []
-        for t in topics:
-            rows = self.input_rows(t)
-            if t in self._global_topics(sub) and tasks > 1:
-                fan = self.spark.range(tasks).select(F.col("id").cast("int").alias("tp"))
-                rows = rows.crossJoin(fan).withColumn("p", F.col("tp")).drop("tp")
-            frames.append(rows)
-        default = max(partitions.get(t, 1) for t in topics) if topics else 1
-        spec = task_spec(self.plan, self.topology, sub, partitions, default)
-        out = union_all(frames).groupBy("p").applyInPandas(task_function(spec), OUTPUT_SCHEMA)
+        specs = {}
+        for run, sub in enumerate(subs):
+            topics = self.plan.reads[sub.id] if sub.id >= 0 else sub.source_topics
+            globals_ = self._global_topics(sub)
+            tasks = max([partitions.get(t, 1) for t in topics if t not in globals_] or [1])
+            for t in topics:
+                rows = self.input_rows(t).withColumn("run", F.lit(run))
+                if t in globals_ and tasks > 1:
+                    fan = self.spark.range(tasks).select(F.col("id").cast("int").alias("tp"))
+                    rows = rows.crossJoin(fan).withColumn("p", F.col("tp")).drop("tp")
+                frames.append(rows.select(*[c.split()[0] for c in INPUT_SCHEMA.split(", ")]))
+            default = max(partitions.get(t, 1) for t in topics) if topics else 1
+            specs[run] = task_spec(self.plan, self.topology, sub, partitions, default)
+        out = union_all(frames).groupBy("run", "p").applyInPandas(task_function(specs), OUTPUT_SCHEMA)
         out = out.persist(StorageLevel.DISK_ONLY)
         self.persisted.append(out)
         return out
@@ -181,7 +186,7 @@ class GeneralRun:
         """Run a group of sub-topologies; a cyclic one to a fixed point of its feedback
         topics (see the module docstring of :mod:`batch_layer.general.plan`)."""
         if not cyclic:
-            out = self.run_sub(subs[0], partitions)
+            out = self.run_subs(list(subs), partitions)
             self.outputs.append(out)
             self.publish(out, self.record_topics(out))
             return
@@ -193,7 +198,7 @@ class GeneralRun:
         previous: tuple[Any, ...] | None = None
         for _ in range(MAX_ROUNDS):
             for sub in subs:
-                out = self.run_sub(sub, partitions)
+                out = self.run_subs([sub], partitions)
                 last[sub.id] = out
                 for t in feedback:  # the freshest records of the group, plus any from outside
                     self.sent[t] = outer[t] + [self.sent_rows(o, t) for o in last.values()]
@@ -223,12 +228,17 @@ class GeneralRun:
 
         try:
             partitions = self.partition_counts()
-            for group in self.plan.groups:
-                self.run_group(group.subs, group.cyclic, partitions)
-            for store in self.plan.views:
-                spec = self.plan.topology.stores[store]
-                if spec.global_topic:
-                    self.outputs.append(self.run_sub(self._global_sub(store), partitions))
+            for level in self.plan.levels():
+                acyclic = [g.subs[0] for g in level if not g.cyclic]
+                if acyclic:
+                    self.run_group(tuple(acyclic), False, partitions)
+                for group in level:
+                    if group.cyclic:
+                        self.run_group(group.subs, True, partitions)
+            global_subs = [self._global_sub(store, -1 - i) for i, store in enumerate(self.plan.views)
+                           if self.plan.topology.stores[store].global_topic]
+            if global_subs:
+                self.outputs.append(self.run_subs(global_subs, partitions))
             rows = union_all(self.outputs) if self.outputs else self.spark.createDataFrame([], OUTPUT_SCHEMA)
             frames = {s: rows.filter((F.col("kind") == "s") & (F.col("topic") == s)).selectExpr(*_VIEW_COLUMNS)
                       for s in self.plan.views}
@@ -248,10 +258,11 @@ class GeneralRun:
                 df.unpersist()
             raise
 
-    def _global_sub(self, store: str) -> SubTopology:
-        """A one-task pseudo sub-topology filling global store ``store`` from its topic."""
+    def _global_sub(self, store: str, sub_id: int) -> SubTopology:
+        """A one-task pseudo sub-topology (a negative ``sub_id``) filling global store
+        ``store`` from its topic."""
         for n in self.plan.topology.nodes.values():
             if isinstance(n.op, GlobalStoreOp) and n.op.store == store:
                 topics = tuple(self.plan.topology.nodes[n.parents[0]].op.topics)
-                return SubTopology(-1, (n.parents[0], n.name), topics, (), (store,))
+                return SubTopology(sub_id, (n.parents[0], n.name), topics, (), (store,))
         raise BatchLayerError(f"no global store {store!r}")

@@ -51,8 +51,8 @@ from speed_layer.topology import Topology
 
 from .store_rows import store_rows
 
-#: one input row of a task (Spark schema)
-INPUT_SCHEMA = "topic string, p int, o long, k binary, v binary, ts long, ok binary, h binary, rank int, src int"
+#: one input row of a task (Spark schema); ``run`` numbers the sub-topologies of one stage
+INPUT_SCHEMA = "run int, topic string, p int, o long, k binary, v binary, ts long, ok binary, h binary, rank int, src int"
 #: one output row: ``kind`` "r" = a record sent to ``topic`` partition ``p``; "s" = a row of
 #: store ``topic`` (view columns); "d" = ``sts`` records dropped at source node ``skey``;
 #: "w" = ``sts`` is the largest timestamp extracted from the task's stream input (-1: none)
@@ -231,11 +231,12 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return pd.DataFrame(data)
 
 
-def task_function(spec: TaskSpec) -> Any:
-    """The ``applyInPandas`` function of one sub-topology's tasks."""
+def task_function(specs: dict[int, TaskSpec]) -> Any:
+    """The ``applyInPandas`` function of the tasks of several sub-topologies run in one
+    Spark stage (grouped by ``run, p``; ``run`` picks the spec)."""
 
     def fn(pdf: pd.DataFrame) -> pd.DataFrame:
-        return run_task(spec, pdf)
+        return run_task(specs[int(pdf["run"].iloc[0])], pdf)
 
     return fn
 
