@@ -57,9 +57,10 @@ def produce(topic: str, records: Iterable[tuple[Any, Any, int]], partitions: int
     return out
 
 
-def write_raw(lake: Path, raws: list[Raw]) -> None:
-    """Write ``<lake>/raw/<topic>`` Delta tables (raw schema of contracts.md) with delta-rs."""
-    topics = sorted({r.topic for r in raws})
+def write_raw(lake: Path, raws: list[Raw], topics: Iterable[str] = ()) -> None:
+    """Write ``<lake>/raw/<topic>`` Delta tables (raw schema of contracts.md) with delta-rs,
+    one per topic of ``raws`` and of ``topics`` (empty when it has no record)."""
+    topics = sorted({r.topic for r in raws} | set(topics))
     for t in topics:
         rows = [r for r in raws if r.topic == t]
         table = pa.Table.from_pylist(

@@ -1,0 +1,179 @@
+"""Batch-layer speed on the flights views, against baselines measured in the same run.
+
+1. duet's compiled plan (relational path) vs a hand-written PySpark job of the same four
+   views (joins, tumbling/hopping windows with ``F.window``, sessions by a gap scan), both
+   over the same raw Delta tables and writing Delta; the hand-written views are checked
+   against duet's (same rows; values equal as JSON, floats to 1e-9).
+2. The general executor (the speed layer's tasks inside Spark) vs the relational path on
+   the same views.
+
+Prints median seconds over ``--repeat`` interleaved runs and the ratios
+``duet / hand-written`` (target <= 1.2) and ``general / relational``. Targets are printed,
+never asserted.
+
+    .venv/bin/python bench/bench_batch.py --flights 20000 --repeat 3
+    .venv/bin/python bench/bench_batch.py                 # the full year (336,776 flights)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from batch_layer.compiler import BatchOptions
+from batch_layer.delta.io import write_table
+from batch_layer.ingest import RAW_SCHEMA
+from batch_layer.run import read_view, run_batch
+from batch_layer.spark import get_spark
+from pipelines.flights_data import TOPICS, flight_records, table_records
+from pipelines.topologies.flights import DAY_MS, HOUR_MS, ORIGIN_TZ, STREAMS_CONFIG, VIEWS, build_topology
+from speed_layer.runtime.partitioning import partition_for_key
+
+GAP_MS = 4 * HOUR_MS
+
+
+def write_lake(lake: Path, flights: int | None) -> int:
+    """Raw Delta tables of the four topics, partitioned as the Java producer would."""
+    n = 0
+    for topic, parts in TOPICS.items():
+        recs = flight_records(flights) if topic == "flights" else table_records(topic)
+        offsets = [0] * parts
+        rows = []
+        for r in recs:
+            kb = r.key.encode()
+            p = partition_for_key(kb, parts)
+            rows.append({"key": kb, "value": json.dumps(r.value).encode(), "timestamp": r.timestamp, "partition": p,
+                         "offset": offsets[p], "headers": []})
+            offsets[p] += 1
+        write_table(pa.Table.from_pylist(rows, schema=RAW_SCHEMA), lake / "raw" / topic, mode="overwrite")
+        n += len(rows)
+    return n
+
+
+def hand_written(spark: Any, lake: Path, out: Path) -> None:
+    """The four views as a Spark engineer would write them (DataFrame API)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def table(topic: str, schema: str) -> Any:
+        df = spark.read.format("delta").load(str(lake / "raw" / topic))
+        latest = Window.partitionBy("key").orderBy(F.col("timestamp").desc(), F.col("offset").desc())
+        df = df.withColumn("rn", F.row_number().over(latest)).filter("rn = 1")
+        return df.select(F.col("key").cast("string").alias("k"), F.from_json(F.col("value").cast("string"), schema).alias("t"))
+
+    fschema = ("origin string, dest string, carrier string, tailnum string, time_hour string, minute long, "
+               "dep_time double, dep_delay double, air_time double")
+    raw = spark.read.format("delta").load(str(lake / "raw" / "flights"))
+    f = raw.select(F.col("key").cast("string").alias("fk"), F.from_json(F.col("value").cast("string"), fschema).alias("f")).select("fk", "f.*")
+    f = f.dropna(subset=["origin", "dest", "carrier", "time_hour", "minute"]).filter("minute between 0 and 59")
+    f = f.withColumn("ts", F.unix_millis(F.to_timestamp("time_hour")) + F.col("minute") * 60_000)
+    planes = table("planes", "seats long").select(F.col("k").alias("fk"), "t.seats")
+    airports = table("airports", "tzone string").select(F.col("k").alias("dest"), F.col("t.tzone").alias("dest_tz"))
+    airlines = table("airlines", "name string").select(F.col("k").alias("carrier"))
+    enriched = (f.join(planes, "fk", "left").join(F.broadcast(airports), "dest", "left")
+                .join(F.broadcast(airlines), "carrier", "left")).persist()
+
+    def windowed(df: Any, key: str, size_ms: int, advance_ms: int, aggs: list[Any], value: Any) -> Any:
+        w = F.window(F.timestamp_millis("ts"), f"{size_ms // 1000} seconds", f"{advance_ms // 1000} seconds")
+        g = df.groupBy(F.col(key).alias("key"), w.alias("w")).agg(F.max("ts").alias("timestamp"), *aggs)
+        return g.select("key", F.unix_millis("w.start").alias("window_start"), F.unix_millis("w.end").alias("window_end"),
+                        value.alias("value"), "timestamp")
+
+    delay_n = F.count("dep_delay")
+    views = {
+        "departures_hourly": windowed(
+            enriched, "origin", HOUR_MS, HOUR_MS,
+            [F.count(F.lit(1)).alias("c"), F.sum(F.col("dep_time").isNull().cast("long")).alias("x"),
+             F.coalesce(F.sum("dep_delay"), F.lit(0)).alias("s"), delay_n.alias("n")],
+            F.to_json(F.struct(F.col("c").alias("count"), F.col("x").alias("cancelled"), F.col("s").alias("dep_delay_sum"),
+                               F.col("n").alias("dep_delay_n"),
+                               F.when(F.col("n") > 0, F.col("s") / F.col("n")).alias("mean_dep_delay")),
+                      {"ignoreNullFields": "false"})),
+        "same_tz_hourly": windowed(enriched.filter(F.col("dest_tz") == ORIGIN_TZ), "origin", HOUR_MS, HOUR_MS,
+                                   [F.count(F.lit(1)).alias("c")], F.col("c").cast("string")),
+        "seats_by_dest_daily": windowed(enriched, "dest", DAY_MS, HOUR_MS, [F.sum(F.coalesce("seats", F.lit(0))).alias("s")],
+                                        F.col("s").cast("string")),
+    }
+    # sessions (Kafka's SessionWindows): a record joins its key's session when it is at
+    # most the gap after the session's last record
+    d = enriched.filter(F.col("tailnum").isNotNull() & F.col("dep_time").isNotNull())
+    by_plane = Window.partitionBy("tailnum").orderBy("ts")
+    d = d.withColumn("new", (F.col("ts") - F.lag("ts").over(by_plane) > GAP_MS).cast("int"))
+    d = d.withColumn("sid", F.sum(F.coalesce("new", F.lit(1))).over(by_plane))
+    s = d.groupBy("tailnum", "sid").agg(F.min("ts").alias("window_start"), F.max("ts").alias("window_end"),
+                                        F.count(F.lit(1)).alias("legs"), F.sum(F.coalesce("air_time", F.lit(0))).cast("long").alias("air"))
+    views["plane_duty_sessions"] = s.select(F.col("tailnum").alias("key"), "window_start", "window_end",
+                                            F.to_json(F.struct(F.col("legs"), F.col("air").alias("air_time"))).alias("value"),
+                                            F.col("window_end").alias("timestamp"))
+    for name, df in views.items():
+        write_table(df, out / "views" / name, mode="overwrite")
+    enriched.unpersist()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def agreement(lake_a: Path, lake_b: Path) -> dict[str, tuple[int, int]]:
+    """Per view: (rows equal, rows in either)."""
+    out = {}
+    for view in VIEWS:
+        a, b = read_view(lake_a, view), read_view(lake_b, view)
+        ia = {(r.key, int(r.window_start), int(r.window_end)): (json.loads(r.value), int(r.timestamp)) for r in a.itertuples()}
+        ib = {(r.key, int(r.window_start), int(r.window_end)): (json.loads(r.value), int(r.timestamp)) for r in b.itertuples()}
+        equal = sum(1 for k in ia if k in ib and ia[k][1] == ib[k][1] and _same(ia[k][0], ib[k][0]))
+        out[view] = (equal, len(set(ia) | set(ib)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flights", type=int, default=None, help="first N flights (default: the full year)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-general", action="store_true", help="do not time the general executor")
+    args = ap.parse_args()
+    spark = get_spark("duet-bench-batch")
+    root = Path(tempfile.mkdtemp(prefix="duet-bench-batch-"))
+    lake, hand = root / "lake", root / "hand"
+    records = write_lake(lake, args.flights)
+    print(f"records: {records:,} ({args.flights or 'all'} flights)")
+    times: dict[str, list[float]] = {"duet": [], "hand": [], "general": []}
+    topology = build_topology()
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        run_batch(spark, topology, lake, views=list(VIEWS), config=STREAMS_CONFIG)
+        times["duet"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        hand_written(spark, lake, hand)
+        times["hand"].append(time.perf_counter() - t0)
+        if not args.skip_general:
+            # the same raw tables, the views written under another root
+            t0 = time.perf_counter()
+            raw = {t: spark.read.format("delta").load(str(lake / "raw" / t)) for t in TOPICS}
+            run_batch(spark, topology, root / "general", views=list(VIEWS), config=STREAMS_CONFIG,
+                      options=BatchOptions(executor="general"), input_frames=raw)
+            times["general"].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    print(f"duet relational: {med['duet']:.1f} s   hand-written PySpark: {med['hand']:.1f} s   "
+          f"ratio duet/hand-written = {med['duet'] / med['hand']:.2f} (target <= 1.2)")
+    for view, (eq, n) in agreement(lake, hand).items():
+        print(f"  {view}: hand-written == duet on {eq:,}/{n:,} rows ({eq / max(n, 1):.2%})")
+    if "general" in med:
+        print(f"duet general executor: {med['general']:.1f} s   ratio general/relational = {med['general'] / med['duet']:.2f}")
+        for view, (eq, n) in agreement(lake, root / "general").items():
+            print(f"  {view}: general == relational on {eq:,}/{n:,} rows")
+
+
+if __name__ == "__main__":
+    main()
