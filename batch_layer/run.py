@@ -8,6 +8,10 @@ Outputs (docs/contracts.md):
 * ``<lake>/views/_batch.json``: ``{"watermark_ms": int, "finished_at": iso8601, "views":
   {store: {"rows": int}}, "dropped": int}``; the watermark is the largest (extracted) record
   timestamp of the stream sources' input, ``-1`` when they had no record.
+
+The lake is a local path or a URI (``file:///data/lake``, ``s3a://bucket/lake``,
+``hdfs://namenode:8020/lake``; docs/cluster.md): Spark reads and writes the tables through
+its Hadoop file systems, ``_batch.json`` is written with pyarrow's file systems.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from speed_layer.config import StreamsConfig
 from speed_layer.topology import Topology
 
 from .compiler import BatchOptions, compile_topology
+from .delta.io import join_location, lake_location, local_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,9 +59,9 @@ class BatchResult:
     join_strategies: dict[str, str] = field(default_factory=dict)
 
 
-def view_path(lake: str | Path, store: str) -> Path:
-    """``<lake>/views/<store>``."""
-    return Path(lake) / "views" / store
+def view_path(lake: str | Path, store: str) -> Path | str:
+    """``<lake>/views/<store>``: a ``Path`` for a local lake, a ``str`` for a lake URI."""
+    return join_location(lake, "views", store)
 
 
 def run_batch(
@@ -75,7 +80,9 @@ def run_batch(
     Args:
         spark: the session (``batch_layer.spark.get_spark()``).
         topology: the Topology the speed layer runs.
-        lake: the lake root.
+        lake: the lake root: a local path, or a URI with an authority (``s3a://bucket/lake``,
+            ``hdfs://namenode:8020/lake``) or ``file:///...``; the executors must reach it
+            (on a cluster: object storage, HDFS or a shared mount, not a driver-local folder).
         views, config, options: see :func:`batch_layer.compiler.compile_topology`.
         input_frames: raw input DataFrames by topic instead of the lake's Delta tables.
 
@@ -84,12 +91,25 @@ def run_batch(
 
     Raises:
         BatchCompileError: the topology (upstream of a requested view) cannot be translated.
-        BatchLayerError: a raw input table is missing.
+        BatchLayerError: a raw input table is missing; a lake URI without an authority
+            (``hdfs:///lake``); ``spark`` is a Spark Connect session.
     """
     from .delta.io import write_table
+    from .errors import BatchLayerError
+    from .spark import is_connect
 
+    if is_connect(spark):
+        raise BatchLayerError(
+            "the batch layer needs a classic SparkSession: its executors use SparkContext accumulators, "
+            "broadcasts and RDD partitions, which Spark Connect does not offer. Unset SPARK_REMOTE and point "
+            "spark.master at the cluster instead (DUET_SPARK_MASTER=spark://HOST:PORT, yarn or k8s://...)."
+        )
     started = time.monotonic()
-    lake = Path(lake)
+    lake = lake_location(lake)
+    if isinstance(lake, str) and lake.split("://", 1)[-1].startswith("/") and not lake.lower().startswith("file:"):
+        raise BatchLayerError(
+            f"lake URI {lake!r} has no authority: give it in full, e.g. hdfs://namenode:8020/lake or s3a://bucket/lake"
+        )
     plan = compile_topology(topology, views=views, config=config, options=options)
     frames = plan.execute(spark, lake, input_frames=input_frames)
     rows: dict[str, int] = {}
@@ -108,11 +128,11 @@ def run_batch(
         "views": {s: {"rows": n} for s, n in rows.items()},
         "dropped": dropped,
     }
-    _write_json(lake / "views" / "_batch.json", doc)
+    _write_json(join_location(lake, "views", "_batch.json"), doc)
     return BatchResult(rows, watermark, time.monotonic() - started, dropped, by_node, joins)
 
 
-def _rows_of(spark: "SparkSession", path: Path) -> int:
+def _rows_of(spark: "SparkSession", path: str | Path) -> int:
     """Rows of the Delta table at ``path`` from its file statistics (no scan)."""
     try:
         from deltalake import DeltaTable
@@ -128,16 +148,37 @@ def _rows_of(spark: "SparkSession", path: Path) -> int:
     return spark.read.format("delta").load(str(path)).count()
 
 
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def _write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` at ``path``: atomically (temporary file + rename) on a local path or a
+    ``file:`` URI; with one pyarrow file-system write on other URIs (``s3a://`` is written as
+    ``s3://``; credentials from the environment).
+
+    Raises:
+        OSError: the file cannot be written (pyarrow raises ``OSError`` subclasses too).
+    """
+    text = json.dumps(doc, indent=2) + "\n"
+    local = local_path(path)
+    if local is None:
+        from pyarrow import fs as pafs
+
+        uri = str(path)
+        scheme, rest = uri.split("://", 1)
+        if scheme.lower() in ("s3a", "s3n"):
+            uri = f"s3://{rest}"
+        filesystem, inner = pafs.FileSystem.from_uri(uri)
+        with filesystem.open_output_stream(inner) as out:
+            out.write(text.encode("utf-8"))
+        return
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.with_name(f".{local.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(local)
 
 
 def read_view(lake: str | Path, store: str) -> "pd.DataFrame":
-    """The batch view ``<lake>/views/<store>`` as pandas (delta-rs, no JVM), sorted by
-    ``key, window_start, window_end``; integer columns as nullable ``Int64``.
+    """The batch view ``<lake>/views/<store>`` (the lake a local path or a URI) as pandas
+    (delta-rs, no JVM), sorted by ``key, window_start, window_end``; integer columns as
+    nullable ``Int64``.
 
     Raises:
         deltalake.exceptions.TableNotFoundError: if the view was never written.

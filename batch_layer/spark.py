@@ -1,95 +1,329 @@
-"""One local SparkSession per process, with Delta Lake configured from the jars of `make setup`.
+"""One SparkSession per process, with Delta Lake configured from the jars of `make setup`.
 
 Usage::
 
     from batch_layer.spark import get_spark, stop_spark
-    spark = get_spark()
+    spark = get_spark()                                   # local[*], or from the environment
+    spark = get_spark(master="spark://10.0.0.5:7077")     # a standalone cluster
     ...
     stop_spark()
 
-Environment:
-- ``DUET_SPARK_MASTER``: Spark master URL (default ``local[2]``).
-- ``DUET_HOME``: where ``jars/delta`` lives (default ``<repo>/.duet``).
+Where the session runs (first match wins):
+
+1. Spark Connect: the ``remote`` argument, else ``$SPARK_REMOTE`` (``sc://HOST[:PORT]...``).
+   The session is a Connect client; the server owns the cluster and must have Delta Lake
+   configured itself (``spark.jars`` and the Delta SQL extension cannot be set from a client).
+2. ``spark.master``: the ``master`` argument, else ``$DUET_SPARK_MASTER``, else ``local[*]``.
+   Allowed forms: ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``,
+   ``spark://HOST:PORT[,HOST:PORT...]``, ``yarn``, ``k8s://[https://]HOST[:PORT]``.
+
+Environment (each also an argument of :func:`get_spark`):
+
+- ``DUET_SPARK_MASTER``: Spark master URL (default ``local[*]``).
+- ``SPARK_REMOTE``: Spark Connect URL (unset: no Connect).
+- ``DUET_DELTA_JARS``: folder holding ``delta-spark_*.jar`` and ``delta-storage-*.jar``
+  (default ``$DUET_HOME/jars/delta``, else ``<repo>/.duet/jars/delta``).
+- ``DUET_SPARK_DRIVER_HOST``: the address executors use to reach the driver, also the one
+  the driver binds to (default ``127.0.0.1``: right for ``local`` masters and a cluster on
+  this machine; a cluster on other machines needs an address they can reach).
 - ``DUET_SPARK_DRIVER_MEMORY``: driver heap (default ``1g``).
+
+Other Spark settings (``spark.executor.memory``, ``spark.hadoop.fs.s3a.*``,
+``spark.jars.packages``...) go in the ``conf`` argument of :func:`get_spark`, or in
+``$SPARK_CONF_DIR/spark-defaults.conf`` (docs/cluster.md).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from batch_layer.errors import BatchLayerError
-from speed_layer.runtime.paths import delta_jars_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["delta_jars", "get_spark", "stop_spark"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "SparkConfigError",
+    "default_delta_jars_dir",
+    "delta_jars",
+    "get_spark",
+    "is_connect",
+    "resolve_master",
+    "resolve_remote",
+    "resolve_target",
+    "stop_spark",
+]
 
-DEFAULT_MASTER = "local[2]"
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+MASTER_ENV = "DUET_SPARK_MASTER"
+REMOTE_ENV = "SPARK_REMOTE"
+JARS_ENV = "DUET_DELTA_JARS"
+DRIVER_HOST_ENV = "DUET_SPARK_DRIVER_HOST"
+DRIVER_MEMORY_ENV = "DUET_SPARK_DRIVER_MEMORY"
+
+#: The master URL forms :func:`resolve_master` accepts (shown in its errors).
+MASTER_FORMS = (
+    "local, local[N], local[*], local[N,F], spark://HOST:PORT[,HOST:PORT...], yarn, k8s://[https://]HOST[:PORT]"
+)
+REMOTE_FORMS = "sc://HOST[:PORT][/;param=value...]"
+
+_N = r"[1-9][0-9]*"
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.\-_]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+_PORT = r"(?:[1-9][0-9]{0,4})"
+_MASTER_RE = re.compile(
+    rf"""^(?:
+        local
+      | local\[(?:\*|{_N})(?:,\s*{_N})?\]
+      | spark://{_HOST}:{_PORT}(?:,{_HOST}:{_PORT})*
+      | yarn
+      | k8s://(?:https?://)?{_HOST}(?::{_PORT})?(?:/\S*)?
+    )$""",
+    re.VERBOSE,
+)
+_REMOTE_RE = re.compile(rf"^sc://{_HOST}(?::{_PORT})?(?:/(?:;[^;=\s]+=[^;\s]*)*)?$")
 
 _lock = threading.Lock()
 _spark: SparkSession | None = None
+_target: str | None = None  # "master=..." or "remote=..." of the running session
 
 
-def delta_jars() -> list[Path]:
-    """All jars in ``<duet_home>/jars/delta`` (sorted); raise `BatchLayerError` naming ``make setup`` when
-    delta-spark's or delta-storage's jar is missing."""
-    folder = delta_jars_dir()
+class SparkConfigError(BatchLayerError):
+    """A Spark setting of duet (master URL, Connect URL, jars folder) is malformed; the
+    message names the setting, where it came from and the accepted forms."""
+
+
+def _port_ok(url: str) -> bool:
+    return all(0 < int(p) < 65536 for p in re.findall(r":([0-9]+)(?=[,/]|$)", url))
+
+
+def resolve_master(master: str | None = None) -> str:
+    """The ``spark.master`` to use: ``master``, else ``$DUET_SPARK_MASTER``, else ``local[*]``.
+
+    Raises:
+        SparkConfigError: the value is not one of :data:`MASTER_FORMS` (the message names
+            ``spark.master``, its source and the allowed forms).
+    """
+    if master is not None and master.strip():
+        value, source = master.strip(), "the master argument"
+    elif os.environ.get(MASTER_ENV, "").strip():
+        value, source = os.environ[MASTER_ENV].strip(), f"${MASTER_ENV}"
+    else:
+        return DEFAULT_MASTER
+    if not _MASTER_RE.match(value) or not _port_ok(value):
+        raise SparkConfigError(
+            f"spark.master {value!r} (from {source}) is not a master URL duet accepts; allowed forms: "
+            f"{MASTER_FORMS}. For Spark Connect set SPARK_REMOTE={REMOTE_FORMS} instead."
+        )
+    return value
+
+
+def resolve_remote(remote: str | None = None) -> str | None:
+    """The Spark Connect URL to use: ``remote``, else ``$SPARK_REMOTE``, else ``None``.
+
+    Raises:
+        SparkConfigError: the value is not of the form :data:`REMOTE_FORMS`.
+    """
+    if remote is not None and remote.strip():
+        value, source = remote.strip(), "the remote argument"
+    elif os.environ.get(REMOTE_ENV, "").strip():
+        value, source = os.environ[REMOTE_ENV].strip(), f"${REMOTE_ENV}"
+    else:
+        return None
+    if not _REMOTE_RE.match(value) or not _port_ok(value.split("/;")[0]):
+        raise SparkConfigError(
+            f"SPARK_REMOTE {value!r} (from {source}) is not a Spark Connect URL; allowed form: {REMOTE_FORMS}"
+        )
+    return value
+
+
+def resolve_target(master: str | None = None, remote: str | None = None) -> tuple[str, str]:
+    """Where :func:`get_spark` would run: ``("remote", Connect URL)`` or ``("master", master
+    URL)``, from the arguments, else the environment, else ``("master", "local[*]")``.
+
+    Raises:
+        SparkConfigError: a malformed master or Connect URL, or both a master and a Connect
+            URL given (arguments or environment).
+    """
+    url = resolve_remote(remote)
+    if url is None:
+        return "master", resolve_master(master)
+    if (master and master.strip()) or os.environ.get(MASTER_ENV, "").strip():
+        given = master.strip() if master and master.strip() else f"${MASTER_ENV}={os.environ[MASTER_ENV]}"
+        raise SparkConfigError(
+            f"both spark.master ({given}) and SPARK_REMOTE ({url}) are set: set only one of them "
+            "(with SPARK_REMOTE the Connect server owns the cluster)"
+        )
+    return "remote", url
+
+
+def _repo_root() -> Path:
+    """The folder holding ``pyproject.toml`` above this file (else the package's parent)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    return here.parents[1]
+
+
+def default_delta_jars_dir() -> Path:
+    """``$DUET_DELTA_JARS``, else ``$DUET_HOME/jars/delta``, else ``<repo>/.duet/jars/delta``
+    (where ``make setup`` copies delta-spark's jars)."""
+    env = os.environ.get(JARS_ENV, "").strip()
+    if env:
+        return Path(env).expanduser().resolve()
+    home = os.environ.get("DUET_HOME", "").strip()
+    base = Path(home).expanduser().resolve() if home else _repo_root() / ".duet"
+    return base / "jars" / "delta"
+
+
+def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
+    """All jars in ``jars_dir`` (default :func:`default_delta_jars_dir`), sorted.
+
+    Raises:
+        BatchLayerError: delta-spark's or delta-storage's jar is missing there (the message
+            names the folder, ``make setup``, ``DUET_DELTA_JARS`` and ``DUET_HOME``).
+    """
+    folder = Path(jars_dir).expanduser().resolve() if jars_dir else default_delta_jars_dir()
     jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
     names = [j.name for j in jars]
     if not all(any(n.startswith(prefix) for n in names) for prefix in ("delta-spark", "delta-storage")):
         raise BatchLayerError(
             f"Delta Lake jars not found in {folder} (expected delta-spark_*.jar and delta-storage-*.jar). "
-            "Run `make setup` to fetch them, or point DUET_HOME at a folder holding jars/delta."
+            f"Run `make setup` to fetch them, or point {JARS_ENV} at a folder holding them "
+            "(or DUET_HOME at a folder holding jars/delta)."
         )
     return jars
 
 
-def get_spark(app_name: str = "duet") -> SparkSession:
-    """Return the process-wide SparkSession with Delta configured, starting it on first call (~8 s).
+def is_connect(spark: object) -> bool:
+    """True when ``spark`` is a Spark Connect session (no ``sparkContext``, no JVM here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
-    Later calls return the same session whatever ``app_name`` they pass.
+
+def get_spark(
+    app_name: str = "duet",
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    jars_dir: str | Path | None = None,
+    driver_memory: str | None = None,
+    driver_host: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Return the process-wide SparkSession with Delta configured, starting it on first call
+    (~8 s for ``local[*]``; a cluster adds the executors' start).
+
+    Later calls return the same session whatever they pass (a Python process holds one
+    SparkContext); a later call asking for another master or Connect URL logs a warning.
+
+    Args:
+        app_name: the application name (shown by the cluster manager).
+        master: ``spark.master`` (see :func:`resolve_master`); default ``$DUET_SPARK_MASTER``,
+            else ``local[*]``.
+        remote: a Spark Connect URL (see :func:`resolve_remote`); default ``$SPARK_REMOTE``.
+            Delta must then be configured on the Connect server.
+        jars_dir: the folder of Delta's jars (see :func:`delta_jars`); they are shipped to
+            the executors with ``spark.jars``.
+        driver_memory: the driver heap, e.g. ``"2g"`` (default ``$DUET_SPARK_DRIVER_MEMORY``,
+            else ``1g``).
+        driver_host: the address executors reach the driver at, also its bind address
+            (default ``$DUET_SPARK_DRIVER_HOST``, else ``127.0.0.1``).
+        conf: more Spark settings, applied last (they override duet's); a ``spark.jars``
+            given here is added to Delta's jars.
+
+    Raises:
+        SparkConfigError: a malformed master or Connect URL, or both a master and a Connect
+            URL given.
+        BatchLayerError: Delta's jars are missing (not for Connect sessions).
     """
-    global _spark
+    global _spark, _target
+    kind, url = resolve_target(master, remote)
+    target = f"{kind}={url}"
     with _lock:
         if _spark is not None and not _is_stopped(_spark):
+            if target != _target and (master or remote):
+                log.warning("a SparkSession (%s) is already running in this process; %s ignored", _target, target)
             return _spark
-        jars = delta_jars()
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        # Keep the JVM off the network name service and quiet before log4j is reconfigured.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-        from pyspark.sql import SparkSession
-
-        builder = (
-            SparkSession.builder.appName(app_name)
-            .master(os.environ.get("DUET_SPARK_MASTER", DEFAULT_MASTER))
-            .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.memory", os.environ.get("DUET_SPARK_DRIVER_MEMORY", "1g"))
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "true")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.databricks.delta.snapshotPartitions", "2")
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j2_config()}")
-        )
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        _spark = spark
+        if kind == "remote":
+            spark = _connect_session(app_name, url, conf)
+        else:
+            spark = _classic_session(app_name, url, jars_dir, driver_memory, driver_host, conf)
+        _spark, _target = spark, target
         return spark
+
+
+#: Runtime SQL settings duet relies on (also sent to a Connect server).
+_SQL_CONF = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "true",
+}
+
+
+def _classic_session(
+    app_name: str,
+    master: str,
+    jars_dir: str | Path | None,
+    driver_memory: str | None,
+    driver_host: str | None,
+    conf: Mapping[str, str] | None,
+) -> SparkSession:
+    jars = [str(j) for j in delta_jars(jars_dir)]
+    extra = dict(conf or {})
+    if extra.get("spark.jars"):
+        jars += [j for j in extra.pop("spark.jars").split(",") if j.strip()]
+    host = (driver_host or os.environ.get(DRIVER_HOST_ENV, "") or "127.0.0.1").strip()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Keep the JVM off the network name service and quiet before log4j is reconfigured.
+    os.environ.setdefault("SPARK_LOCAL_IP", host)
+
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.jars", ",".join(jars))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.driver.host", host)
+        .config("spark.driver.bindAddress", host)
+        .config("spark.driver.memory", driver_memory or os.environ.get(DRIVER_MEMORY_ENV, "1g"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j2_config()}")
+    )
+    for key, value in {**_SQL_CONF, **extra}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _connect_session(app_name: str, url: str, conf: Mapping[str, str] | None) -> SparkSession:
+    """A Spark Connect client session; only runtime settings reach the server (static ones
+    such as ``spark.jars`` are ignored by it)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(url).appName(app_name)
+    settings = {k: v for k, v in _SQL_CONF.items() if "arrow.pyspark.fallback" not in k}  # not a Connect setting
+    for key, value in {**settings, **dict(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 _LOG4J2 = """\
@@ -119,13 +353,15 @@ def _log4j2_config() -> Path:
 
 def stop_spark() -> None:
     """Stop the process-wide SparkSession if one is running (the next `get_spark` starts a new one)."""
-    global _spark
+    global _spark, _target
     with _lock:
         if _spark is not None:
             _spark.stop()
-            _spark = None
+            _spark, _target = None, None
 
 
 def _is_stopped(spark: SparkSession) -> bool:
+    if is_connect(spark):
+        return bool(spark.is_stopped)  # type: ignore[attr-defined]
     sc = spark.sparkContext
     return sc._jsc is None  # type: ignore[attr-defined]

@@ -231,13 +231,27 @@ def batch(
     lake: LakeOpt = None,
     bootstrap: BootstrapOpt = None,
     limit: LimitOpt = None,
+    master: Annotated[
+        Optional[str],
+        typer.Option("--master", help="Spark master URL: `local[*]`, `local[N]`, `spark://HOST:PORT`, `yarn`, "
+                     "`k8s://...` (default `$DUET_SPARK_MASTER`, else `local[*]`; `$SPARK_REMOTE` selects Spark "
+                     "Connect instead)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """Ingest every topic into the lake (incremental), recompute the batch views with PySpark,
     run the Great Expectations suites and publish the merged views (with the speed views
     found in the view topics). With an embedded broker the data is loaded first."""
     _setup_logging(verbose)
-    from batch_layer.spark import get_spark
+    from batch_layer.spark import SparkConfigError, get_spark, resolve_target
+
+    try:  # a bad master / Connect URL fails here, before a broker starts
+        resolve_target(master)
+    except SparkConfigError as exc:
+        from rich.markup import escape
+
+        _console(stderr=True).print(f"[bold red]duet batch[/]: {escape(str(exc))}")
+        raise typer.Exit(2) from exc
     from pipelines.main_job import (
         ensure_pipeline_topics,
         ingest,
@@ -257,7 +271,7 @@ def batch(
             load_data(servers, limit, rep)
         ensure_pipeline_topics(servers)
         ingest(servers, root, reporter=rep)
-        stats = run_batch_layer(get_spark(), root, reporter=rep)
+        stats = run_batch_layer(get_spark(master=master), root, reporter=rep)
         batch_frames = read_batch_views(root)
         results = run_checks(root, reporter=rep, frames=batch_frames)
         rows = publish_views(root, batch_frames, read_speed_views(servers))

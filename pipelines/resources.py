@@ -1,7 +1,9 @@
 """Dagster resources: the lake, Spark and Kafka, each a ``ConfigurableResource``.
 
 * :class:`LakeResource`: the lake root (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``).
-* :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``).
+* :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``):
+  local (``local[*]``), on a cluster (``master``: ``spark://HOST:PORT``, ``yarn``,
+  ``k8s://...``) or through Spark Connect (``remote``); see docs/cluster.md.
 * :class:`KafkaResource`: bootstrap servers. Production variant: ``bootstrap_servers`` (or
   ``$KAFKA_BOOTSTRAP_SERVERS``) names a cluster. Local variant: neither is set, and the
   first asset of a run that asks for the servers starts an embedded Apache Kafka broker for
@@ -18,7 +20,7 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -44,19 +46,56 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """A local SparkSession with Delta Lake (one per process, reused across steps: run Spark
-    jobs with ``in_process_executor``)."""
+    """A SparkSession with Delta Lake (one per process, reused across steps: run Spark jobs
+    with ``in_process_executor``), local or on a cluster.
 
-    master: str = Field(default="local[2]", description="Spark master URL.")
-    driver_memory: str = Field(default="1g", description="Driver heap, e.g. 2g.")
+    Empty fields fall back to the environment, then to ``batch_layer.spark``'s defaults
+    (master ``local[*]``, driver memory ``1g``, driver host ``127.0.0.1``).
+    """
+
+    master: str = Field(
+        default="",
+        description="spark.master: local, local[N], local[*], spark://HOST:PORT, yarn, k8s://...; "
+        "empty: $DUET_SPARK_MASTER, else local[*].",
+    )
+    remote: str = Field(
+        default="",
+        description="Spark Connect URL sc://HOST:PORT (instead of master; Delta must be configured on the "
+        "server); empty: $SPARK_REMOTE, else none.",
+    )
+    jars_dir: str = Field(
+        default="",
+        description="Folder with delta-spark's jars; empty: $DUET_DELTA_JARS, else $DUET_HOME/jars/delta, "
+        "else <repo>/.duet/jars/delta.",
+    )
+    driver_memory: str = Field(default="", description="Driver heap, e.g. 2g; empty: $DUET_SPARK_DRIVER_MEMORY, else 1g.")
+    driver_host: str = Field(
+        default="",
+        description="Address the executors reach the driver at; empty: $DUET_SPARK_DRIVER_HOST, else 127.0.0.1.",
+    )
+    conf: Dict[str, str] = Field(
+        default_factory=dict,
+        description="More Spark settings, e.g. spark.executor.memory or spark.hadoop.fs.s3a.endpoint.",
+    )
 
     def session(self) -> SparkSession:
-        """The process-wide SparkSession (started on first use, ~8 s)."""
+        """The process-wide SparkSession (started on first use, ~8 s locally).
+
+        Raises:
+            batch_layer.spark.SparkConfigError: a malformed master or Connect URL, or both set.
+            batch_layer.errors.BatchLayerError: Delta's jars are missing.
+        """
         from batch_layer.spark import get_spark
 
-        os.environ.setdefault("DUET_SPARK_MASTER", self.master)
-        os.environ.setdefault("DUET_SPARK_DRIVER_MEMORY", self.driver_memory)
-        return get_spark()
+        return get_spark(
+            "duet",
+            master=self.master or None,
+            remote=self.remote or None,
+            jars_dir=self.jars_dir or None,
+            driver_memory=self.driver_memory or None,
+            driver_host=self.driver_host or None,
+            conf=dict(self.conf) or None,
+        )
 
 
 class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]

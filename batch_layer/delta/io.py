@@ -1,9 +1,19 @@
-"""Small Delta Lake helpers: Spark for writes/reads in batch jobs, delta-rs (no JVM) for cheap reads."""
+"""Small Delta Lake helpers: Spark for writes/reads in batch jobs, delta-rs (no JVM) for cheap reads.
+
+Table locations are local paths (``str`` or ``Path``) or URIs (``file:///data/lake/raw/t``,
+``s3a://bucket/lake/raw/t``, ``hdfs://namenode:8020/lake/raw/t``...): :func:`lake_location`,
+:func:`join_location` and :func:`local_path` keep local paths as ``Path`` objects (exactly
+as before) and handle URIs as strings, joined with ``/``. Spark resolves a URI with its
+Hadoop file systems (``s3a://`` needs hadoop-aws, docs/cluster.md); delta-rs with its own
+object stores (credentials from the environment, e.g. ``AWS_*``).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
@@ -11,9 +21,73 @@ if TYPE_CHECKING:
     import pyarrow.compute as pc
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["read_arrow", "read_table", "table_exists", "table_version", "write_table"]
+__all__ = [
+    "is_uri",
+    "join_location",
+    "lake_location",
+    "local_path",
+    "read_arrow",
+    "read_table",
+    "table_exists",
+    "table_version",
+    "write_table",
+]
 
 WriteMode = Literal["overwrite", "append"]
+
+#: ``scheme:/...`` with a scheme of 2+ characters (so ``C:/`` is no scheme); a URI that went
+#: through ``Path()`` has lost one slash (``s3a:/bucket/lake``), hence ``:/`` not ``://``.
+_URI_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):/")
+
+
+def is_uri(location: str | Path) -> bool:
+    """True when ``location`` is a URI (``scheme://...``, ``file:/...``), False for a local path."""
+    return bool(_URI_RE.match(str(location)))
+
+
+def lake_location(location: str | Path) -> str | Path:
+    """A table or lake location in the form the helpers below take.
+
+    A local path becomes a ``Path`` (unchanged). A URI becomes a ``str`` without a trailing
+    ``/``; a URI folded by ``Path()`` (``s3a:/bucket/lake``, ``file:/data/lake``) gets its
+    ``//`` back (``s3a://bucket/lake``, ``file:///data/lake``). A URI without an authority
+    other than ``file:`` (``hdfs:///lake``) is kept as given, but it does not survive
+    ``Path()``: give such lakes with their authority (``hdfs://namenode:8020/lake``).
+    """
+    text = str(location)
+    m = _URI_RE.match(text)
+    if m is None:
+        return location if isinstance(location, Path) else Path(location)
+    scheme, rest = m.group(1), text[m.end():]  # rest: after "scheme:/"
+    if scheme.lower() == "file":
+        parsed = urlparse(text)
+        if text.lower().startswith("file://") and parsed.netloc not in ("", "localhost"):
+            return text.rstrip("/")  # file://host/path: left to Hadoop / delta-rs
+        path = parsed.path if text.lower().startswith("file://") else rest
+        return "file:///" + path.strip("/")
+    if not rest.startswith("/"):  # folded by Path(): "s3a:/bucket/lake"
+        rest = "/" + rest
+    return f"{scheme}:/{rest}".rstrip("/")
+
+
+def join_location(root: str | Path, *parts: str) -> str | Path:
+    """``root`` joined with ``parts``: ``Path`` arithmetic for a local path, ``/`` for a URI."""
+    root = lake_location(root)
+    if isinstance(root, Path):
+        return root.joinpath(*parts)
+    return "/".join([root.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def local_path(location: str | Path) -> Path | None:
+    """The local path of ``location`` (a local path or a ``file:`` URI); None for a URI of
+    another file system (object storage, HDFS...)."""
+    location = lake_location(location)
+    if isinstance(location, Path):
+        return location
+    parsed = urlparse(location)
+    if parsed.scheme.lower() == "file" and parsed.netloc in ("", "localhost"):
+        return Path(unquote(parsed.path))
+    return None
 
 
 def write_table(
@@ -59,8 +133,15 @@ def read_table(spark: SparkSession, path: str | Path, version: int | None = None
 
 
 def table_exists(path: str | Path) -> bool:
-    """True when ``path`` holds a Delta table (a ``_delta_log`` folder with at least one commit)."""
-    log = Path(path) / "_delta_log"
+    """True when ``path`` holds a Delta table (a ``_delta_log`` folder with at least one
+    commit); for a remote URI, delta-rs asks the object store (credentials from the
+    environment)."""
+    local = local_path(path)
+    if local is None:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(str(lake_location(path)))
+    log = local / "_delta_log"
     return log.is_dir() and any(log.glob("*.json"))
 
 

@@ -12,6 +12,10 @@ appended in one Delta commit per ~256 MiB, each commit extending every partition
 contiguous range, so a run that fails half-way is simply resumed by the next one. A run with
 nothing new commits nothing. Runs on the same table are serialised by an ``flock`` on the
 table folder (one machine).
+
+The lake may be a URI (``file:///data/lake``, ``s3a://bucket/lake``): the tables are then
+written by delta-rs (credentials from the environment) or Spark at that URI. On a URI other
+than ``file:`` there is no folder to lock: run one ingest per table at a time.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from batch_layer.delta.io import read_arrow, table_exists
+from batch_layer.delta.io import join_location, local_path, read_arrow, table_exists
 from batch_layer.errors import BatchLayerError
 
 if TYPE_CHECKING:
@@ -65,9 +69,9 @@ class IngestResult:
     offset_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def raw_table_path(lake: str | Path, topic: str) -> Path:
-    """``<lake>/raw/<topic>``."""
-    return Path(lake) / "raw" / topic
+def raw_table_path(lake: str | Path, topic: str) -> Path | str:
+    """``<lake>/raw/<topic>``: a ``Path`` for a local lake, a ``str`` for a lake URI."""
+    return join_location(lake, "raw", topic)
 
 
 def ingest_topic(
@@ -158,10 +162,15 @@ def _partitions(consumer, topic: str) -> list[int]:  # noqa: ANN001 - confluent_
 
 
 @contextmanager
-def _table_lock(path: Path) -> Iterator[None]:
-    """Serialise ingest runs of one table on this machine (flock on the table folder)."""
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY)
+def _table_lock(path: str | Path) -> Iterator[None]:
+    """Serialise ingest runs of one table on this machine (flock on the table folder); no
+    lock for a table on a remote file system (object storage, HDFS)."""
+    local = local_path(path)
+    if local is None:
+        yield
+        return
+    local.mkdir(parents=True, exist_ok=True)
+    fd = os.open(local, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -169,7 +178,7 @@ def _table_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _max_offsets(path: Path) -> dict[int, int]:
+def _max_offsets(path: str | Path) -> dict[int, int]:
     """Largest archived offset per partition (only the two int columns are read)."""
     if not table_exists(path):
         return {}
@@ -197,7 +206,7 @@ def _consume_and_write(
     consumer,  # noqa: ANN001
     spark: SparkSession | None,
     topic: str,
-    path: Path,
+    path: str | Path,
     plan: dict[int, tuple[int, int]],
     max_records: int | None,
     writer: str,
@@ -295,7 +304,7 @@ def _ranges_of(table: pa.Table) -> list[tuple[int, int, int]]:
     )
 
 
-def _append(spark: SparkSession | None, path: Path, table: pa.Table, writer: str) -> None:
+def _append(spark: SparkSession | None, path: str | Path, table: pa.Table, writer: str) -> None:
     """Append ``table`` (RAW_SCHEMA) to the Delta table at ``path``, creating it if needed."""
     if writer == "spark":
         assert spark is not None

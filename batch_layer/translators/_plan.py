@@ -125,9 +125,9 @@ _SPLIT_BYTES = 128 << 20  # spark.sql.files.maxPartitionBytes' default
 _SMALL_BYTES = 8 << 20  # below this, one task is as fast as a repartition
 
 
-def _delta_splits(path: Path) -> tuple[int, bool]:
-    """``(estimated Spark input splits, small)`` of the Delta table at ``path`` from its
-    file sizes (delta-rs, no JVM)."""
+def _delta_splits(path: str | Path) -> tuple[int, bool]:
+    """``(estimated Spark input splits, small)`` of the Delta table at ``path`` (a local path
+    or a URI) from its file sizes (delta-rs, no JVM)."""
     try:
         import pyarrow as pa
         from deltalake import DeltaTable
@@ -162,11 +162,12 @@ class ExecContext:
     # ------------------------------------------------------------------ inputs
     def raw_frame(self, topic: str) -> "DataFrame":
         """The raw records of ``topic`` (``key, value, timestamp, partition, offset``), from
-        ``input_frames`` or ``<lake>/raw/<topic>``; spread over at least
-        ``min_input_partitions`` tasks.
+        ``input_frames`` or ``<lake>/raw/<topic>`` (the lake a local path or a URI such as
+        ``s3a://bucket/lake``); spread over at least ``min_input_partitions`` tasks.
 
         Raises:
-            BatchLayerError: if the topic's raw Delta table does not exist.
+            BatchLayerError: if the topic's raw Delta table does not exist (for a remote URI:
+                if Spark cannot load it).
         """
         from ..errors import BatchLayerError
 
@@ -178,13 +179,23 @@ class ExecContext:
         else:
             if self.lake is None:
                 raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
-            path = self.lake / "raw" / topic
-            if not (path / "_delta_log").is_dir():
-                raise BatchLayerError(
-                    f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
-                    "(batch_layer.ingest.ingest_topic) or pass input_frames"
-                )
-            df = self.spark.read.format("delta").load(str(path)).select(*cols)
+            from ..delta.io import join_location, local_path
+
+            # the lake may be a URI (s3a://bucket/lake, file:///data/lake): joined with "/"
+            path = join_location(self.lake, "raw", topic)
+            local = local_path(path)
+            missing = (
+                f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
+                "(batch_layer.ingest.ingest_topic) or pass input_frames"
+            )
+            if local is not None and not (local / "_delta_log").is_dir():
+                raise BatchLayerError(missing)
+            try:
+                df = self.spark.read.format("delta").load(str(path)).select(*cols)
+            except Exception as e:
+                if local is not None:
+                    raise
+                raise BatchLayerError(f"{missing} ({type(e).__name__}: {e})") from e
             splits, small = _delta_splits(path)
         if not small and splits < self.parallelism:
             df = df.repartition(self.parallelism)
