@@ -25,7 +25,6 @@ Errors
 """
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 import pickle
 from bisect import bisect_left, bisect_right
@@ -38,6 +37,8 @@ from pyspark.accumulators import AccumulatorParam
 
 from speed_layer.processor.builtin.aggregate import aggregate_functions
 from speed_layer.state.keys import decode_key, encode_key
+
+from ..general.store_rows import json_value, key_text  # noqa: F401 - one view encoding for both executors
 
 Rec = tuple  # (key, value, ts, p, o, src, seq)
 Errors = dict  # node name -> set of (src, p, o)
@@ -74,16 +75,6 @@ def add_error(errs: Errors, node: str, ident: tuple[int, int, int]) -> None:
     errs.setdefault(node, set()).add(ident)
 
 
-def json_value(value: Any) -> str:
-    """The JSON the speed layer's ``Serdes.JSON()`` writes to a view topic."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def key_text(key: Any) -> str:
-    """A view's ``key`` column: a str as is, anything else as compact JSON."""
-    if isinstance(key, str):
-        return key
-    return json.dumps(key, separators=(",", ":"), default=str)
 
 
 def _opt_int(values: Any) -> list[Any]:
