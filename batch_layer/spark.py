@@ -107,6 +107,16 @@ def _port_ok(url: str) -> bool:
     return all(0 < int(p) < 65536 for p in re.findall(r":([0-9]+)(?=[,/]|$)", url))
 
 
+def _setting(value: str | None, argument: str, env: str) -> tuple[str, str] | None:
+    """``(value, where it came from)``: the non-blank argument, else the non-blank ``$env``,
+    else None."""
+    if value is not None and value.strip():
+        return value.strip(), argument
+    if os.environ.get(env, "").strip():
+        return os.environ[env].strip(), f"${env}"
+    return None
+
+
 def resolve_master(master: str | None = None) -> str:
     """The ``spark.master`` to use: ``master``, else ``$DUET_SPARK_MASTER``, else ``local[*]``.
 
@@ -114,12 +124,10 @@ def resolve_master(master: str | None = None) -> str:
         SparkConfigError: the value is not one of :data:`MASTER_FORMS` (the message names
             ``spark.master``, its source and the allowed forms).
     """
-    if master is not None and master.strip():
-        value, source = master.strip(), "the master argument"
-    elif os.environ.get(MASTER_ENV, "").strip():
-        value, source = os.environ[MASTER_ENV].strip(), f"${MASTER_ENV}"
-    else:
+    found = _setting(master, "the master argument", MASTER_ENV)
+    if found is None:
         return DEFAULT_MASTER
+    value, source = found
     if not _MASTER_RE.match(value) or not _port_ok(value):
         raise SparkConfigError(
             f"spark.master {value!r} (from {source}) is not a master URL duet accepts; allowed forms: "
@@ -134,12 +142,10 @@ def resolve_remote(remote: str | None = None) -> str | None:
     Raises:
         SparkConfigError: the value is not of the form :data:`REMOTE_FORMS`.
     """
-    if remote is not None and remote.strip():
-        value, source = remote.strip(), "the remote argument"
-    elif os.environ.get(REMOTE_ENV, "").strip():
-        value, source = os.environ[REMOTE_ENV].strip(), f"${REMOTE_ENV}"
-    else:
+    found = _setting(remote, "the remote argument", REMOTE_ENV)
+    if found is None:
         return None
+    value, source = found
     if not _REMOTE_RE.match(value) or not _port_ok(value.split("/;")[0]):
         raise SparkConfigError(
             f"SPARK_REMOTE {value!r} (from {source}) is not a Spark Connect URL; allowed form: {REMOTE_FORMS}"
