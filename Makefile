@@ -1,5 +1,6 @@
 # duet: setup, run, test. GNU make.
 #   make setup                 venv + project (editable, dev extras) + the JVM jars (Maven)
+#                              + headless Chromium and its driver (Debian packages, browser tests)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
 #   make test PYTEST_ARGS=...  pytest
 #   make clean                 remove the copied jars and caches (not the venv, not the lake)
@@ -20,12 +21,16 @@ PYTEST_ARGS ?=
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
 DELTA_STAMP := $(JARS)/delta/.copied
+BROWSER_STAMP := $(DUET_HOME)/.browser
+# Debian's chromium + chromium-driver (same version), for the browser tests.
+BROWSER_PACKAGES := chromium chromium-driver fonts-dejavu-core
+SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
 
 export DUET_HOME
 
 .PHONY: setup run test clean distclean
 
-setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP)
+setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP) $(BROWSER_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +52,12 @@ $(DELTA_STAMP): jvm/delta/pom.xml
 		-DoutputDirectory=$(JARS)/delta.tmp -DexcludeTransitive=true
 	@touch $(JARS)/delta.tmp/.copied
 	@rm -rf $(JARS)/delta && mv $(JARS)/delta.tmp $(JARS)/delta
+
+$(BROWSER_STAMP):
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+			--no-install-recommends $(BROWSER_PACKAGES); fi
+	@mkdir -p $(DUET_HOME) && touch $@
 
 run: setup
 	$(VENV)/bin/duet run $(ARGS)

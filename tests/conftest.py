@@ -35,3 +35,28 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     (``[a-z0-9-]``), e.g. ``f"{unique_name}-input"``."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
     return f"t-{base}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """One headless Chromium (Debian's ``chromium`` + ``chromium-driver``, installed by
+    ``make setup``) driven by Selenium for the whole session; 1400x900 px."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.fail("the browser tests need Debian's chromium and chromium-driver: run `make setup`")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,900", "--hide-scrollbars"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()

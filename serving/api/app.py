@@ -9,6 +9,8 @@ Endpoints (times in epoch ms plus ISO-8601 UTC):
 * ``GET /views/{view}/keys/{key}?from=&to=``: the rows of a key whose window overlaps
   ``[from, to]``; bounds are ISO-8601 (naive = UTC) or integer epoch ms.
 * ``GET /quality``: the stored Great Expectations results by view.
+* ``GET /ui``, ``GET /ui/views/{view}``: HTML pages charting each view (see
+  :mod:`serving.api.pages`).
 
 Errors: unknown view / key -> 404 (the view message lists the known views); a malformed time
 -> 422 naming the accepted formats; ``from > to`` -> 400. Bodies are ``{"detail": str}``.
@@ -240,6 +242,9 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         """The stored Great Expectations results (``<lake>/quality/<view>.json``) by view."""
         return load_results(lake)
 
+    from serving.api.pages import pages_router
+
+    app.include_router(pages_router(index, lake))
     return app
 
 
