@@ -1,9 +1,14 @@
 """``duet``: the command line of the product (console script, see pyproject.toml).
 
-Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``. Kafka: ``--bootstrap``,
+Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``, ``query``, ``ui``.
+Kafka: ``--bootstrap``,
 else ``$KAFKA_BOOTSTRAP_SERVERS``, else an embedded Apache Kafka broker started and stopped by
 the command (it starts empty, so ``speed`` and ``batch`` load the data into it first). The
 lake: ``--lake``, else ``$DUET_LAKE``, else ``<repo>/lake``.
+
+Mistakes (a bad flag value, an unreachable broker, a lake without views, an unknown view or
+key, a port in use) print one line on stderr and exit with status 2, never a traceback;
+``--verbose`` adds the traceback of an unexpected failure.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ def _cluster(bootstrap: str | None, console: Any) -> Iterator[tuple[str, bool]]:
     """Yield ``(bootstrap servers, embedded?)``; an embedded broker is stopped on exit."""
     external = bootstrap or os.environ.get(_BOOTSTRAP_ENV, "").strip()
     if external:
+        from pipelines.preflight import check_kafka_reachable
+
+        with console.status(f"connecting to Kafka at {external}..."):
+            check_kafka_reachable(external)
         yield external, False
         return
     from speed_layer.runtime.broker import EmbeddedKafka
@@ -82,6 +91,33 @@ def _cluster(bootstrap: str | None, console: Any) -> Iterator[tuple[str, bool]]:
         yield broker.bootstrap_servers, True
     finally:
         broker.stop()
+
+
+@contextlib.contextmanager
+def _user_errors(command: str, verbose: bool = False) -> Iterator[None]:
+    """The CLI's error boundary: a user's mistake is one line on stderr and exit status 2; an
+    unexpected failure is one line too (``Type: message``), with the traceback under -v."""
+    from rich.markup import escape
+
+    from batch_layer.spark import SparkConfigError
+    from pipelines.preflight import UserError
+    from serving.errors import ServingError
+
+    err = _console(stderr=True)
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except (UserError, ServingError, SparkConfigError) as exc:
+        err.print(f"[bold red]duet {command}[/]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except Exception as exc:
+        if verbose:
+            err.print_exception()
+        hint = "" if verbose else " (run with -v for the traceback)"
+        err.print(f"[bold red]duet {command} failed[/]: {type(exc).__name__}: {escape(str(exc))}{hint}",
+                  soft_wrap=True)
+        raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
@@ -143,14 +179,9 @@ def run(
     console = _console(stderr=json_out)
     redirect = _stdout_to_stderr() if json_out else contextlib.nullcontext(None)
     with redirect as real_stdout:
-        try:
-            with _cluster(bootstrap, console) as (servers, _embedded), _reporter(console) as rep:
-                summary = run_main_job(servers, options, rep)
-        except Exception as exc:  # a failed phase: one readable line (the traceback with -v)
-            if verbose:
-                console.print_exception()
-            console.print(f"[bold red]duet run failed[/]: {type(exc).__name__}: {exc}")
-            raise typer.Exit(2) from exc
+        with _user_errors("run", verbose), _cluster(bootstrap, console) as (servers, _embedded), \
+                _reporter(console) as rep:
+            summary = run_main_job(servers, options, rep)
         if json_out:
             real_stdout.write(json.dumps(summary.to_json(), default=str) + "\n")
         else:
@@ -171,7 +202,7 @@ def load(
     from pipelines.main_job import load_data
 
     console = _console()
-    with _cluster(bootstrap, console) as (servers, embedded):
+    with _user_errors("load", verbose), _cluster(bootstrap, console) as (servers, embedded):
         if embedded:
             console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
         with _reporter(console) as rep:
@@ -205,7 +236,8 @@ def speed(
 
     del lake  # the speed layer writes Kafka topics and local state only
     console = _console()
-    with _cluster(bootstrap, console) as (servers, embedded), _reporter(console) as rep:
+    with _user_errors("speed", verbose), _cluster(bootstrap, console) as (servers, embedded), \
+            _reporter(console) as rep:
         ensure_pipeline_topics(servers)
         feed = None
         if embedded:  # an empty broker: replay the data set live while the speed layer runs
@@ -243,15 +275,10 @@ def batch(
     run the Great Expectations suites and publish the merged views (with the speed views
     found in the view topics). With an embedded broker the data is loaded first."""
     _setup_logging(verbose)
-    from batch_layer.spark import SparkConfigError, get_spark, resolve_target
+    from batch_layer.spark import get_spark, resolve_target
 
-    try:  # a bad master / Connect URL fails here, before a broker starts
+    with _user_errors("batch", verbose):  # a bad master / Connect URL fails here, before a broker starts
         resolve_target(master)
-    except SparkConfigError as exc:
-        from rich.markup import escape
-
-        _console(stderr=True).print(f"[bold red]duet batch[/]: {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     from pipelines.main_job import (
         ensure_pipeline_topics,
         ingest,
@@ -266,7 +293,8 @@ def batch(
 
     root = resolve_lake(lake)
     console = _console()
-    with _cluster(bootstrap, console) as (servers, embedded), _reporter(console) as rep:
+    with _user_errors("batch", verbose), _cluster(bootstrap, console) as (servers, embedded), \
+            _reporter(console) as rep:
         if embedded:
             load_data(servers, limit, rep)
         ensure_pipeline_topics(servers)
@@ -288,15 +316,147 @@ def batch(
 def serve(
     lake: LakeOpt = None,
     host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8000,
 ) -> None:
-    """Serve the merged views over HTTP (FastAPI + uvicorn): /health, /views,
-    /views/{view}/keys/{key}?from=&to=, /quality; OpenAPI at /docs."""
+    """Serve the merged views over HTTP (FastAPI + uvicorn): the pages /ui and
+    /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=,
+    /quality; OpenAPI at /docs."""
     _setup_logging(False)
     from pipelines.main_job import resolve_lake
+    from pipelines.preflight import check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
 
-    serve_app(resolve_lake(lake), host=host, port=port)
+    root = resolve_lake(lake)
+    with _user_errors("serve"):
+        check_lake_served(root)
+        check_port_free(host, port)
+    _console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
+    serve_app(root, host=host, port=port)
+
+
+# --------------------------------------------------------------------------- query
+@app.command()
+def query(
+    view: Annotated[str, typer.Argument(help="A served view, e.g. departures_hourly (`duet query --list` names them).")] = "",
+    key: Annotated[Optional[str], typer.Argument(help="A key of the view; omitted: list the view's keys.")] = None,
+    lake: LakeOpt = None,
+    from_: Annotated[Optional[str], typer.Option("--from", help="Windows overlapping from this time on: ISO-8601 "
+                                                  "(naive = UTC) or epoch ms.")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="... up to this time (same formats).")] = None,
+    list_views: Annotated[bool, typer.Option("--list", help="List the served views.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Keys listed when no key is given.")] = 50,
+) -> None:
+    """Read a merged view from the lake, as `GET /views/{view}/keys/{key}` does: the rows of
+    KEY whose window overlaps [--from, --to], each with the layer it came from."""
+    _setup_logging(False)
+    from pipelines.main_job import resolve_lake
+    from pipelines.preflight import UserError, check_lake_served
+    from serving.api.times import ms_to_iso, parse_time_ms
+    from serving.views.index import ViewIndex
+
+    console = _console()
+    with _user_errors("query"):
+        root = resolve_lake(lake)
+        check_lake_served(root)
+        index = ViewIndex(root, refresh_interval_s=0)
+        if list_views or not view:
+            names = index.views()
+            if json_out:
+                print(json.dumps(names))
+            else:
+                console.print("\n".join(names) or "(no view)")
+            return
+        if key is None:
+            keys = index.keys(view, limit=limit)
+            total = index.key_count(view)
+            if json_out:
+                print(json.dumps({"view": view, "total": total, "keys": keys}))
+            else:
+                console.print(f"{view}: {total:,} keys; the first {len(keys)}: " + ", ".join(keys))
+            return
+        lo = parse_time_ms(from_, "--from") if from_ else None
+        hi = parse_time_ms(to, "--to") if to else None
+        if lo is not None and hi is not None and lo > hi:
+            raise UserError(f"--from ({ms_to_iso(lo)}) is after --to ({ms_to_iso(hi)})")
+        rows = index.query(view, key, lo, hi)
+    if json_out:
+        print(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{view} / {key}: {len(rows)} rows")
+    for col in ("window start", "window end", "value", "source"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(ms_to_iso(r["window_start"]) or "", ms_to_iso(r["window_end"]) or "", str(r["value"]),
+                      str(r["source"]))
+    console.print(table)
+
+
+# --------------------------------------------------------------------------- ui
+@app.command()
+def ui(
+    lake: LakeOpt = None,
+    bootstrap: BootstrapOpt = None,
+    limit: LimitOpt = None,
+    load_data_: Annotated[
+        Optional[bool],
+        typer.Option("--load/--no-load", help="Reset the pipeline's topics and lake tables and load the data set "
+                     "(default: only into the embedded broker)."),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Interface the Dagster UI binds.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port of the Dagster UI.")] = 3000,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
+) -> None:
+    """The Dagster UI (`dagster dev -w workspace.yaml`: webserver and daemon) on this
+    pipeline, with Kafka ready: the embedded broker (loaded with the data set) unless
+    --bootstrap or $KAFKA_BOOTSTRAP_SERVERS names a cluster. Runs until Ctrl-C; the runs it
+    launches use that broker and the lake."""
+    _setup_logging(verbose)
+    import signal
+    import subprocess
+
+    from pipelines.dagster_home import ensure_dagster_home
+    from pipelines.main_job import resolve_lake
+    from pipelines.preflight import check_port_free
+    from speed_layer.runtime.paths import repo_root
+
+    console = _console()
+    root = resolve_lake(lake)
+    with _user_errors("ui", verbose):
+        check_port_free(host, port)
+    with _user_errors("ui", verbose), _cluster(bootstrap, console) as (servers, embedded):
+        if load_data_ if load_data_ is not None else embedded:
+            from pipelines.main_job import ensure_pipeline_topics, load_data, reset_pipeline
+
+            with console.status("resetting the pipeline's topics and lake tables..."):
+                reset_pipeline(servers, root)
+            with _reporter(console) as rep:
+                counts = load_data(servers, limit, rep)
+            ensure_pipeline_topics(servers)
+            console.print("loaded " + ", ".join(f"{t}: {n:,}" for t, n in counts.items()))
+        home = ensure_dagster_home()
+        env = {**os.environ, _BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home)}
+        dagster = Path(sys.executable).with_name("dagster")
+        cmd = [str(dagster), "dev", "-w", str(repo_root() / "workspace.yaml"), "-h", host, "-p", str(port)]
+        proc = subprocess.Popen(cmd, env=env, cwd=repo_root(), start_new_session=True)
+        console.print(f"Dagster UI at [bold]http://{host}:{port}[/] (Kafka {servers}, lake {root}, "
+                      f"DAGSTER_HOME {home}); Ctrl-C stops it")
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            code = 0
+        finally:
+            if proc.poll() is None:  # stop dagster dev and its children (webserver, daemon, code server)
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+    if code:
+        _console(stderr=True).print(f"[bold red]duet ui[/]: dagster dev exited with status {code}")
+        raise typer.Exit(2)
 
 
 def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``

@@ -38,7 +38,7 @@ from batch_layer.errors import BatchLayerError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["RAW_SCHEMA", "IngestResult", "ingest_topic", "ingest_topics", "raw_table_path"]
+__all__ = ["RAW_SCHEMA", "IngestResult", "archived_offsets", "ingest_topic", "ingest_topics", "raw_table_path"]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,12 @@ def _table_lock(path: str | Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def archived_offsets(lake: str | Path, topic: str) -> dict[int, int]:
+    """``{partition: largest archived offset}`` of ``<lake>/raw/<topic>`` (``{}`` when the
+    table does not exist yet). Read with delta-rs, no JVM."""
+    return _max_offsets(raw_table_path(lake, topic))
 
 
 def _max_offsets(path: str | Path) -> dict[int, int]:

@@ -13,7 +13,7 @@ runner = CliRunner()
 def test_top_level_help_lists_the_commands() -> None:
     res = runner.invoke(app, ["--help"])
     assert res.exit_code == 0, res.output
-    for cmd in ("run", "load", "speed", "batch", "serve"):
+    for cmd in ("run", "load", "speed", "batch", "serve", "query", "ui"):
         assert cmd in res.output
 
 
@@ -39,7 +39,7 @@ def test_bad_limit_is_a_usage_error() -> None:
     assert res.exit_code == 2
 
 
-def test_a_failed_phase_exits_with_2(tmp_path: object) -> None:
+def test_an_unreachable_broker_exits_with_2(tmp_path: object) -> None:
     res = runner.invoke(app, ["run", "--bootstrap", "127.0.0.1:1", "--limit", "10", "--lake", str(tmp_path)])
     assert res.exit_code == 2
-    assert "duet run failed" in res.output
+    assert "duet run: cannot reach Kafka at 127.0.0.1:1" in res.output

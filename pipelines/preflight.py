@@ -1,0 +1,80 @@
+"""Checks the CLI runs before it starts work, each failing with one line a new user can act on.
+
+Every check raises :class:`UserError`; the CLI prints its message (no traceback) and exits
+with status 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+
+__all__ = ["UserError", "check_kafka_reachable", "check_port_free", "check_lake_served"]
+
+
+class UserError(Exception):
+    """A mistake of the user's (a bad flag, an unreachable broker, a missing lake): the
+    message says what is wrong and what to do."""
+
+
+def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0) -> None:
+    """Ask the cluster for its metadata.
+
+    Raises:
+        UserError: no broker answered within ``timeout_s`` seconds.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000),
+                         "log_level": 0, "logger": _SILENT})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise UserError(
+            f"cannot reach Kafka at {bootstrap} ({exc.args[0].str() if exc.args else exc}); start the "
+            "broker, fix --bootstrap / $KAFKA_BOOTSTRAP_SERVERS, or unset both to use the embedded broker"
+        ) from None
+
+
+class _Silent:
+    """A logger for librdkafka that drops its connection-refused lines (the CLI says it once)."""
+
+    def log(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> object:
+        return self.log
+
+
+_SILENT = _Silent()
+
+
+def check_port_free(host: str, port: int, flag: str = "--port") -> None:
+    """Bind ``host:port`` once and release it.
+
+    Raises:
+        UserError: the port is in use, or ``host`` is not an address of this machine.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(f"port {port} on {host} is already in use; choose another with {flag}") from None
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host") from None
+
+
+def check_lake_served(lake: Path) -> None:
+    """The lake holds published views (``<lake>/serving/_views.json``).
+
+    Raises:
+        UserError: the lake folder or its serving catalogue does not exist yet.
+    """
+    from serving.views.model import catalogue_path
+
+    if not lake.exists():
+        raise UserError(f"no lake at {lake}: run `duet run` (or `duet batch`) first, or pass --lake")
+    if not catalogue_path(lake).exists():
+        raise UserError(f"the lake at {lake} has no published views yet: run `duet run` or `duet batch` first")

@@ -1,0 +1,119 @@
+"""Every mistake a new user makes gets one clear line on stderr and exit status 2, never a
+traceback: the ``duet`` console script run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipelines_testkit import HOUR0, HOUR_MS
+
+
+@pytest.fixture(scope="module")
+def served_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lake with one published view, ``departures_hourly`` (keys EWR and JFK)."""
+    from serving.views import ViewSpec, publish
+
+    lake = tmp_path_factory.mktemp("cli") / "lake"
+    spec = ViewSpec.tumbling("departures_hourly", HOUR_MS, grace_ms=2 * HOUR_MS)
+    batch = pd.DataFrame({"key": ["EWR", "JFK"], "window_start": [HOUR0, HOUR0],
+                          "window_end": [HOUR0 + HOUR_MS] * 2, "value": ['{"count": 3}', '{"count": 4}'],
+                          "timestamp": [HOUR0 + 1] * 2})
+    publish(lake, [spec], {spec.name: batch}, {}, HOUR0 + 4 * HOUR_MS)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def duet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env_free = {"KAFKA_BOOTSTRAP_SERVERS": ""}
+    import os
+
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env_free}, check=False)
+
+
+def assert_one_line(res: subprocess.CompletedProcess[str], *expected: str) -> str:
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr + res.stdout, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_lake_that_does_not_exist_yet(tmp_path: Path) -> None:
+    for command in ("query", "serve"):
+        res = duet(command, *(["departures_hourly"] if command == "query" else []), "--lake", str(tmp_path / "no"))
+        assert_one_line(res, f"duet {command}: no lake at {tmp_path / 'no'}", "run `duet run`")
+
+
+def test_a_lake_without_published_views(tmp_path: Path) -> None:
+    assert_one_line(duet("query", "departures_hourly", "--lake", str(tmp_path)), "has no published views yet")
+
+
+def test_an_unknown_view(served_lake: Path) -> None:
+    assert_one_line(duet("query", "departure_hourly", "EWR", "--lake", str(served_lake)),
+                    "unknown view 'departure_hourly'; known views: departures_hourly")
+
+
+def test_an_unknown_key(served_lake: Path) -> None:
+    assert_one_line(duet("query", "departures_hourly", "XYZ", "--lake", str(served_lake)),
+                    "unknown key 'XYZ' in view 'departures_hourly'")
+
+
+def test_a_bad_time_bound(served_lake: Path) -> None:
+    assert_one_line(duet("query", "departures_hourly", "EWR", "--from", "yesterday", "--lake", str(served_lake)),
+                    "invalid '--from' value 'yesterday'", "ISO-8601")
+
+
+def test_a_good_query_prints_the_rows(served_lake: Path) -> None:
+    res = duet("query", "departures_hourly", "JFK", "--json", "--lake", str(served_lake))
+    assert res.returncode == 0, res.stderr
+    import json
+
+    rows = json.loads(res.stdout)
+    assert [(r["key"], json.loads(r["value"])["count"], r["source"]) for r in rows] == [("JFK", 4, "batch")]
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["run", "--limit", "abc"], "Invalid value for '--limit'"),
+        (["run", "--limit", "0"], "Invalid value for '--limit'"),
+        (["serve", "--port", "70000"], "Invalid value for '--port'"),
+        (["speed", "--timeout", "soon"], "Invalid value for '--timeout'"),
+        (["batch", "--master", "spark:/x"], "spark.master"),
+        (["lod"], "No such command 'lod'"),
+    ],
+)
+def test_a_bad_flag_value(args: list[str], text: str) -> None:
+    res = duet(*args)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert text in res.stderr, res.stderr
+
+
+def test_an_unreachable_broker(tmp_path: Path) -> None:
+    for command in ("load", "speed"):
+        assert_one_line(duet(command, "--bootstrap", "127.0.0.1:1", "--limit", "5"),
+                        f"duet {command}: cannot reach Kafka at 127.0.0.1:1")
+
+
+def test_a_port_in_use(served_lake: Path, busy_port: int) -> None:
+    assert_one_line(duet("serve", "--lake", str(served_lake), "--port", str(busy_port)),
+                    f"port {busy_port} on 127.0.0.1 is already in use", "--port")
+    assert_one_line(duet("ui", "--port", str(busy_port)), f"duet ui: port {busy_port} on 127.0.0.1 is already in use")
