@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import ConfigException
 from .serde import Serde, Serdes
 
+#: Kafka's internal config keys (``StreamsConfig.InternalConfig``), spelled exactly as Kafka.
+EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX = "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__"
+EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION = "__emit.interval.ms.kstreams.windowed.aggregation__"
+#: Kafka's default of both emit intervals (``InternalConfig.getLong(..., 1000L)``).
+DEFAULT_EMIT_INTERVAL_MS = 1000
+
 ProcessingGuarantee = Literal["at_least_once", "exactly_once_v2"]
 ExceptionHandler = Literal["log_and_fail", "log_and_continue", "dead_letter"]
 
@@ -44,6 +50,20 @@ class StreamsConfig(BaseModel):
     replication_factor: int = Field(1, alias="replication.factor", ge=1)
     session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=1)
     poll_ms: int = Field(100, alias="poll.ms", ge=0)
+    #: Kafka's ``StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX``:
+    #: the least wall-clock time (ms) between two scans of a stream-stream left/outer
+    #: join's outer store for closed unmatched records. None (unset) means Kafka's default,
+    #: 1000 ms; ``TopologyTestDriver`` sets 0 unless given, as Kafka's driver does.
+    emit_interval_ms_kstreams_outer_join_spurious_results_fix: int | None = Field(
+        None, alias=EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, ge=0
+    )
+    #: Kafka's ``StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION``:
+    #: the least wall-clock time (ms) between two emissions of closed windows by a windowed
+    #: aggregation with ``EmitStrategy.on_window_close()`` (KIP-825). None (unset) means
+    #: Kafka's default, 1000 ms; ``TopologyTestDriver`` sets 0 unless given.
+    emit_interval_ms_kstreams_windowed_aggregation: int | None = Field(
+        None, alias=EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, ge=0
+    )
     client_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
@@ -76,6 +96,29 @@ class StreamsConfig(BaseModel):
                 key = ".".join(str(x) for x in err["loc"])
                 msgs.append(f"{key}={err.get('input')!r}: {err['msg']}")
             raise ConfigException("invalid streams config: " + "; ".join(msgs)) from None
+
+    def with_test_driver_defaults(self) -> "StreamsConfig":
+        """This config with both emit throttles set to 0 unless given, as Kafka's
+        ``TopologyTestDriver`` does (``configCopy.putIfAbsent(EMIT_INTERVAL_..., 0L)``)."""
+        update = {
+            name: 0
+            for name in ("emit_interval_ms_kstreams_outer_join_spurious_results_fix", "emit_interval_ms_kstreams_windowed_aggregation")
+            if getattr(self, name) is None
+        }
+        return self.model_copy(update=update) if update else self
+
+    @property
+    def outer_join_emit_interval_ms(self) -> int:
+        """The stream-stream outer join emit throttle in effect (Kafka's default 1000 ms)."""
+        v = self.emit_interval_ms_kstreams_outer_join_spurious_results_fix
+        return DEFAULT_EMIT_INTERVAL_MS if v is None else v
+
+    @property
+    def windowed_aggregation_emit_interval_ms(self) -> int:
+        """The ON_WINDOW_CLOSE windowed aggregation emit throttle in effect (Kafka's default
+        1000 ms)."""
+        v = self.emit_interval_ms_kstreams_windowed_aggregation
+        return DEFAULT_EMIT_INTERVAL_MS if v is None else v
 
     @property
     def exactly_once(self) -> bool:

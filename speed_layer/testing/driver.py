@@ -56,7 +56,9 @@ class TopologyTestDriver:
 
     def __init__(self, topology: Topology, config: dict[str, Any] | StreamsConfig | None = None, initial_wall_clock_time_ms: int = 0) -> None:
         self.topology = topology
-        self.config = StreamsConfig.of(config)
+        # as Kafka's driver: both emit throttles (stream-stream left/outer join, windowed
+        # aggregation ON_WINDOW_CLOSE) default to 0 so results come out at once
+        self.config = StreamsConfig.of(config).with_test_driver_defaults()
         self.wall_clock_ms = initial_wall_clock_time_ms
         #: the stream time shared by all sub-topologies (Kafka's driver runs them as ONE task)
         self._stream_time = -1

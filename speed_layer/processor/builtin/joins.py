@@ -32,8 +32,6 @@ from .base import OpProcessor
 
 #: Kafka's default of ``__emit.interval.ms.kstreams.outer.join.spurious.results.fix__``.
 DEFAULT_OUTER_JOIN_EMIT_INTERVAL_MS = 1000
-#: the StreamsConfig attribute read for the emit interval, when the config defines it.
-EMIT_INTERVAL_CONFIG_ATTR = "emit_interval_ms_kstreams_outer_join_spurious_results_fix"
 
 _LONG_MAX = 2**63 - 1
 _TS = struct.Struct(">q")
@@ -220,9 +218,10 @@ class StreamStreamJoinProcessor(OpProcessor):
     def _emit_interval(self, context: Any) -> int:
         if self.op.emit_interval_ms is not None:
             return int(self.op.emit_interval_ms)
+        # Kafka's KStreamKStreamJoin#init: InternalConfig.getLong(appConfigs,
+        # EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 1000L)
         cfg = getattr(getattr(context, "_task", None), "config", None)
-        value = getattr(cfg, EMIT_INTERVAL_CONFIG_ATTR, None)
-        return DEFAULT_OUTER_JOIN_EMIT_INTERVAL_MS if value is None else int(value)
+        return DEFAULT_OUTER_JOIN_EMIT_INTERVAL_MS if cfg is None else int(cfg.outer_join_emit_interval_ms)
 
     # joiner(left, right) whatever side this is
     def _join(self, key: Any, left: Any, right: Any) -> Any:
