@@ -441,6 +441,11 @@ def ui(
         dagster = Path(sys.executable).with_name("dagster")
         cmd = [str(dagster), "dev", "-w", str(repo_root() / "workspace.yaml"), "-h", host, "-p", str(port)]
         proc = subprocess.Popen(cmd, env=env, cwd=repo_root(), start_new_session=True)
+
+        def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop dagster dev, then the broker
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _stop)
         console.print(f"Dagster UI at [bold]http://{host}:{port}[/] (Kafka {servers}, lake {root}, "
                       f"DAGSTER_HOME {home}); Ctrl-C stops it")
         try:

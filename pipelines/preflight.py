@@ -18,8 +18,12 @@ class UserError(Exception):
     message says what is wrong and what to do."""
 
 
-def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0) -> None:
-    """Ask the cluster for its metadata.
+CLI_KAFKA_HINT = ("start the broker, fix --bootstrap / $KAFKA_BOOTSTRAP_SERVERS, or unset both to use the "
+                  "embedded broker")
+
+
+def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0, hint: str = CLI_KAFKA_HINT) -> None:
+    """Ask the cluster for its metadata; ``hint`` ends the error message (what to do).
 
     Raises:
         UserError: no broker answered within ``timeout_s`` seconds.
@@ -33,8 +37,7 @@ def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0) -> None:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise UserError(
-            f"cannot reach Kafka at {bootstrap} ({exc.args[0].str() if exc.args else exc}); start the "
-            "broker, fix --bootstrap / $KAFKA_BOOTSTRAP_SERVERS, or unset both to use the embedded broker"
+            f"cannot reach Kafka at {bootstrap} ({exc.args[0].str() if exc.args else exc}); {hint}"
         ) from None
 
 

@@ -108,6 +108,7 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         default=2000, description="Flights loaded into the embedded broker (null: all of them)."
     )
     _servers: Optional[str] = PrivateAttr(default=None)
+    _checked: bool = PrivateAttr(default=False)
     _stack: Optional[ExitStack] = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
 
@@ -129,18 +130,28 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             finally:
                 self._stack = None
                 self._servers = None
+                self._checked = False
 
     def bootstrap(self) -> str:
         """Bootstrap servers for this run; in the local variant the first call starts an
         embedded broker and loads the data set into it (``embedded_limit`` flights).
 
         Raises:
+            dagster.Failure: the configured cluster does not answer (the run's failure says so).
             RuntimeError: no cluster configured and not inside a run.
         """
-        if self._servers:
+        if self._servers and self._checked:
             return self._servers
-        configured = self.configured_bootstrap()
+        configured = self._servers or self.configured_bootstrap()
         if configured:
+            from pipelines.preflight import UserError, check_kafka_reachable
+
+            try:  # a run fails with the reason, not with a consumer timeout deep in a step
+                check_kafka_reachable(configured, hint="start the broker or fix the kafka resource's "
+                                      "bootstrap_servers / $KAFKA_BOOTSTRAP_SERVERS")
+            except UserError as exc:
+                raise dg.Failure(description=str(exc)) from None
+            self._servers, self._checked = configured, True
             return configured
         if self._stack is None:
             raise RuntimeError("no Kafka cluster: set bootstrap_servers or $KAFKA_BOOTSTRAP_SERVERS")
@@ -151,7 +162,7 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         if self._log is not None:
             self._log.info(f"embedded Kafka at {broker.bootstrap_servers}; loading the data set")
         load(broker.bootstrap_servers, limit=self.embedded_limit)
-        self._servers = broker.bootstrap_servers
+        self._servers, self._checked = broker.bootstrap_servers, True
         return self._servers
 
 

@@ -1,0 +1,277 @@
+"""Dagster as a user runs it: ``duet ui`` (``dagster dev`` with Kafka ready) on the session's
+broker, driven through its GraphQL API and looked at in a real headless Chromium.
+
+In order, as a user would:
+
+1. ``duet ui --load --limit 3000`` resets the pipeline, loads the flights and starts the UI;
+2. one day (``2013-01-02``) of ``recompute_job`` is materialized: ingest, batch views, GX
+   checks, serving publish;
+3. the ``new_kafka_data`` sensor skips while the lake holds everything, and requests a
+   recompute once one more flight arrives;
+4. a run against an unreachable broker fails, and Dagster shows why;
+5. a backfill over the first week of daily partitions (one run: ``BackfillPolicy.single_run``);
+6. the browser opens the asset lineage, a partitioned asset, its checks, the finished backfill
+   and the failed run, asserts what a user sees and saves the screenshots of ``docs/img/``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.browser, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+IMG = REPO / "docs" / "img"
+LIMIT = 3000
+DAY = "2013-01-02"
+FAILED_DAY = "2013-02-01"  # outside WEEK: the failed run marks its partition failed
+WEEK = [f"2013-01-0{d}" for d in range(1, 8)]
+VIEWS = ["departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"]
+JOB = {"repositoryLocationName": "duet", "repositoryName": "__repository__", "jobName": "recompute_job"}
+
+
+@dataclass
+class DagsterUI:
+    url: str
+    lake: Path
+    bootstrap: str
+    runs: dict[str, str]  # what the tests launched: name -> run id / backfill id
+
+    def gql(self, query: str, **variables: Any) -> dict[str, Any]:
+        res = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=60)
+        res.raise_for_status()
+        body = res.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def launch(self, partition: str, run_config: dict[str, Any] | None = None) -> str:
+        data = self.gql(
+            """mutation Launch($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+                 ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+                 ... on RunConfigValidationInvalid { errors { message } } } }""",
+            p={"selector": JOB, "runConfigData": run_config or {},
+               "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}},
+        )["launchRun"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def wait_run(self, run_id: str, timeout_s: float = 600) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.gql("query R($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                              id=run_id)["runOrError"]["status"]
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                return status
+            time.sleep(2)
+        pytest.fail(f"run {run_id} did not finish in {timeout_s} s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUI]:
+    tmp = tmp_path_factory.mktemp("dagster_ui")
+    lake, port = tmp / "lake", _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home"), "PYSPARK_PYTHON": sys.executable,
+           "GX_ANALYTICS_ENABLED": "False"}
+    log = (tmp / "duet-ui.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "ui", "--bootstrap", kafka_bootstrap, "--load", "--limit",
+         str(LIMIT), "--lake", str(lake), "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"duet ui exited with {proc.returncode}:\n{(tmp / 'duet-ui.log').read_text()[-5000:]}")
+        try:
+            if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the Dagster UI did not answer within 300 s")
+        time.sleep(2)
+    try:
+        yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, runs={})
+    finally:
+        proc.send_signal(signal.SIGTERM)  # duet ui stops dagster dev and its children
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_materialize_one_day(ui: DagsterUI) -> None:
+    run_id = ui.launch(DAY)
+    ui.runs["day"] = run_id
+    assert ui.wait_run(run_id) == "SUCCESS"
+    data = ui.gql(
+        """query A($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
+             assetMaterializations(partitions: $p) { partition runId } } } }""",
+        key={"path": ["view_departures_hourly"]}, p=[DAY],
+    )
+    assert [(m["partition"], m["runId"]) for m in data["assetOrError"]["assetMaterializations"]] == [(DAY, run_id)]
+    from serving.quality.suite import load_results
+    from serving.views.index import ViewIndex
+
+    assert sorted(ViewIndex(ui.lake).views()) == sorted(VIEWS)
+    assert {v: r.success for v, r in load_results(ui.lake).items()} == {v: True for v in VIEWS}
+
+
+def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: DagsterUI) -> None:
+    import dagster as dg
+    from confluent_kafka import Producer
+    from deltalake import DeltaTable
+
+    from pipelines.resources import KafkaResource, LakeResource
+    from pipelines.sensors import new_kafka_data
+
+    resources = {"kafka": KafkaResource(bootstrap_servers=ui.bootstrap), "lake": LakeResource(path=str(ui.lake))}
+    with dg.build_sensor_context(resources=resources) as ctx:
+        result = new_kafka_data(ctx)
+    assert isinstance(result, dg.SkipReason), result
+    assert "no new records" in result.skip_message
+
+    # one more flight: the first archived one again, byte for byte
+    row = DeltaTable(str(ui.lake / "raw" / "flights")).to_pyarrow_table().slice(0, 1).to_pylist()[0]
+    producer = Producer({"bootstrap.servers": ui.bootstrap})
+    producer.produce("flights", key=row["key"], value=row["value"], timestamp=row["timestamp"],
+                     partition=row["partition"])
+    assert producer.flush(30) == 0
+    del producer
+    with dg.build_sensor_context(resources=resources) as ctx:
+        request = new_kafka_data(ctx)
+    assert isinstance(request, dg.RunRequest), request
+    assert new_kafka_data.job_name == "recompute_job" and request.tags["duet/new_records"] == "1"
+    assert "flights:" in request.run_key
+    with dg.build_sensor_context(resources=resources) as ctx:  # same data, same run key: no second run
+        assert new_kafka_data(ctx).run_key == request.run_key
+
+
+def test_a_failed_run_says_why(ui: DagsterUI) -> None:
+    run_id = ui.runs["failed"] = ui.launch(
+        FAILED_DAY, {"resources": {"kafka": {"config": {"bootstrap_servers": "127.0.0.1:1"}}}})
+    assert ui.wait_run(run_id) == "FAILURE"
+    events = ui.gql(
+        """query E($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename
+             ... on ExecutionStepFailureEvent { stepKey error { message } failureMetadata { description } } } } } }""",
+        id=run_id,
+    )["logsForRun"]["events"]
+    failures = [e for e in events if e and e["__typename"] == "ExecutionStepFailureEvent"]
+    assert {f["stepKey"] for f in failures} >= {"raw_flights", "raw_planes"}
+    for f in failures:
+        assert f["failureMetadata"]["description"].startswith("cannot reach Kafka at 127.0.0.1:1"), f
+
+
+def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
+    data = ui.gql(
+        """mutation B($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { __typename
+             ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+        p={"partitionNames": WEEK, "assetSelection": [{"path": [f"view_{v}"]} for v in VIEWS],
+           "title": "first week of 2013"},
+    )["launchPartitionBackfill"]
+    assert data["__typename"] == "LaunchBackfillSuccess", data
+    backfill_id = ui.runs["backfill"] = data["backfillId"]
+    deadline = time.monotonic() + 600
+    while True:
+        bf = ui.gql(
+            """query B($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill {
+                 status numPartitions runs(limit: 20) { runId status } } } }""", id=backfill_id,
+        )["partitionBackfillOrError"]
+        if bf["status"] != "REQUESTED" or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert bf["status"] == "COMPLETED_SUCCESS", bf
+    assert bf["numPartitions"] == 7
+    assert [r["status"] for r in bf["runs"]] == ["SUCCESS"]  # single_run: one batch run for the week
+    stats = ui.gql(
+        """query S($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
+             partitionStats { numMaterialized numPartitions } } } }""",
+        key={"path": ["view_seats_by_dest_daily"]},
+    )["assetNodeOrError"]["partitionStats"]
+    assert stats == {"numMaterialized": 7, "numPartitions": 365}  # the week (2013-01-02 among them)
+
+
+# ------------------------------------------------------------------------------------- browser
+def _open(browser: Any, url: str, text: str, timeout: float = 60) -> str:
+    """Load ``url`` and wait until the page's text holds ``text``; return the text."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(url)
+    _dismiss_onboarding(browser)
+    try:
+        WebDriverWait(browser, timeout).until(lambda d: text in d.find_element(By.TAG_NAME, "body").text)
+    except TimeoutException:
+        page = browser.find_element(By.TAG_NAME, "body").text
+        pytest.fail(f"{url} never showed {text!r}; it shows:\n{page[:3000]}")
+    time.sleep(1.5)  # let the graph layout settle before a screenshot
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+def _dismiss_onboarding(browser: Any) -> None:
+    """Dagster's first-visit dialog ("Join the Dagster community"): Skip."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        buttons = browser.find_elements(By.XPATH, "//button[normalize-space()='Skip']")
+        if buttons:
+            buttons[0].click()
+            return
+        if "Join the Dagster community" not in browser.find_element(By.TAG_NAME, "body").text:
+            time.sleep(0.5)
+        else:
+            time.sleep(0.2)
+
+
+def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None:
+    if {"day", "backfill", "failed"} - set(ui.runs):
+        pytest.skip("needs the runs of the tests above")
+    # the whole pipeline: ingest -> batch -> serving, the speed layer beside it
+    text = _open(browser, f"{ui.url}/asset-groups", "Global asset lineage")
+    for group in ("ingest", "batch", "serving", "speed"):
+        assert group in text
+    # one batch view with its lineage: the raw topics it reads, the publish that reads it
+    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=lineage&lineageScope=neighbors"
+                 "&lineageDepth=1", "serving_publish")
+    for asset in ("raw_flights", "raw_planes", "raw_airports", "raw_airlines", "serving_publish"):
+        assert asset in text
+    browser.save_screenshot(str(IMG / "dagster-lineage.png"))
+    # the partitioned asset: the 7 days of the week materialized, the failed run's day failed
+    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=partitions", "Materialized (7)")
+    assert "Failed (1)" in text and "Missing (357)" in text
+    browser.save_screenshot(str(IMG / "dagster-partitions.png"))
+    # the asset check wrapping the Great Expectations suite
+    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=checks", "gx_suite")
+    assert "Great Expectations suite of departures_hourly" in text and "Passed" in text
+    browser.save_screenshot(str(IMG / "dagster-checks.png"))
+    # the finished backfill
+    text = _open(browser, f"{ui.url}/runs/b/{ui.runs['backfill']}", "2013-01-01...2013-01-07")
+    assert "Succeeded" in text
+    browser.save_screenshot(str(IMG / "dagster-backfill.png"))
+    # the failed run names its reason
+    text = _open(browser, f"{ui.url}/runs/{ui.runs['failed']}", "cannot reach Kafka at 127.0.0.1:1")
+    assert "Failure" in text or "Failed" in text
+    browser.save_screenshot(str(IMG / "dagster-failed-run.png"))
