@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 K = TypeVar("K")
 
@@ -63,6 +63,45 @@ class Windowed(Generic[K]):
 
 
 @dataclass(frozen=True)
+class EmitStrategy:
+    """When a windowed aggregation emits its results (KIP-825, Kafka's ``EmitStrategy``
+    since 3.3).
+
+    * ``on_window_update()`` (the default): every update of a window is forwarded as it
+      happens (or when the store's cache flushes);
+    * ``on_window_close()``: nothing is forwarded per update; a window is forwarded once,
+      as ``Change(final, None)`` stamped with its largest record timestamp, when stream
+      time passes its end plus grace. Closed windows are looked for at most once per
+      ``__emit.interval.ms.kstreams.windowed.aggregation__`` ms of wall-clock time (Kafka's
+      default 1000; 0 in ``TopologyTestDriver``), in window-start then key order.
+
+    Example::
+
+        stream.group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(60_000)) \
+            .emit_strategy(EmitStrategy.on_window_close()).count()
+    """
+
+    type: Literal["ON_WINDOW_UPDATE", "ON_WINDOW_CLOSE"] = "ON_WINDOW_UPDATE"
+
+    @staticmethod
+    def on_window_update() -> "EmitStrategy":
+        """Emit every window update (Kafka's ``EmitStrategy.onWindowUpdate()``)."""
+        return EmitStrategy("ON_WINDOW_UPDATE")
+
+    @staticmethod
+    def on_window_close() -> "EmitStrategy":
+        """Emit each window once, when it closes (Kafka's ``EmitStrategy.onWindowClose()``)."""
+        return EmitStrategy("ON_WINDOW_CLOSE")
+
+    @property
+    def emits_on_close(self) -> bool:
+        return self.type == "ON_WINDOW_CLOSE"
+
+
+ON_WINDOW_UPDATE = EmitStrategy()
+
+
+@dataclass(frozen=True)
 class TimeWindows:
     """Tumbling (``advance == size``) or hopping time windows aligned to the epoch.
 
@@ -75,6 +114,9 @@ class TimeWindows:
     size_ms: int
     advance_ms: int
     grace_ms: int
+    #: set by ``TimeWindowedKStream.emit_strategy`` (Kafka keeps it on the
+    #: KStreamWindowAggregate node; here it travels with the windows into the graph)
+    emit_strategy: EmitStrategy = ON_WINDOW_UPDATE
 
     @staticmethod
     def of_size_with_no_grace(size: Duration) -> "TimeWindows":
@@ -134,6 +176,8 @@ class SlidingWindows:
 
     time_difference_ms: int
     grace_ms: int
+    #: set by ``TimeWindowedKStream.emit_strategy`` (see :class:`EmitStrategy`)
+    emit_strategy: EmitStrategy = ON_WINDOW_UPDATE
 
     @staticmethod
     def of_time_difference_with_no_grace(time_difference: Duration) -> "SlidingWindows":

@@ -1,13 +1,14 @@
 """Grouped and windowed streams and grouped tables: the aggregation entry points."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import TopologyException
 from ..graph.nodes import StoreSpec
 from ..graph.ops import AggregateOp, TableAggregateOp
 from ..options import Grouped, Materialized, Named
-from ..windows import SessionWindows, SlidingWindows, TimeWindows
+from ..windows import EmitStrategy, SessionWindows, SlidingWindows, TimeWindows
 from .ktable import KTable
 
 if TYPE_CHECKING:
@@ -142,6 +143,21 @@ class TimeWindowedKStream:
     def __init__(self, grouped: KGroupedStream, windows: TimeWindows | SlidingWindows) -> None:
         self.grouped = grouped
         self.windows = windows
+
+    def emit_strategy(self, strategy: EmitStrategy) -> "TimeWindowedKStream":
+        """Choose when the aggregation emits (KIP-825; Kafka's
+        ``TimeWindowedKStream#emitStrategy`` / ``SlidingWindowedKStream#emitStrategy`` since
+        3.3). ``EmitStrategy.on_window_update()`` (default): each window update is
+        forwarded. ``EmitStrategy.on_window_close()``: each window is forwarded once, as
+        ``Change(final aggregate, None)`` with its largest record timestamp, when stream
+        time passes ``window end + grace``; windows are looked for at most once per
+        ``__emit.interval.ms.kstreams.windowed.aggregation__`` ms of wall-clock time
+        (1000 by default, 0 in the TopologyTestDriver), in window-start then key order;
+        late records are still dropped and counted. Returns this windowed stream."""
+        if not isinstance(strategy, EmitStrategy):
+            raise TypeError(f"emit_strategy takes an EmitStrategy, got {strategy!r}")
+        self.windows = replace(self.windows, emit_strategy=strategy)
+        return self
 
     def count(self, materialized: Materialized | None = None, named: Named | str | None = None) -> KTable:
         """Count per key and window; a KTable keyed by ``Windowed(key, Window(start, end))``.

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from speed_layer import JoinWindows, Serdes, StreamJoined, StreamsBuilder, StreamsConfig
+from speed_layer import JoinWindows, Materialized, Serdes, StreamJoined, StreamsBuilder, StreamsConfig, TimeWindows
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Produced
 from speed_layer.testing import TopologyTestDriver
+from speed_layer.windows import EmitStrategy
 
 INT, STR = Serdes.Integer(), Serdes.String()
 
@@ -101,3 +102,183 @@ def test_left_join_throttle_given_to_the_driver_holds_results_until_the_wall_clo
         d.advance_wall_clock_time(1000)
         t1.pipe_input(3, "dummy", 402)
         assert kvt(out) == [(0, "A0+null", 1)]
+
+
+# ============================================================================ part 3: KIP-825 ON_WINDOW_CLOSE
+STRATEGIES = [("ON_WINDOW_UPDATE", True), ("ON_WINDOW_UPDATE", False), ("ON_WINDOW_CLOSE", True), ("ON_WINDOW_CLOSE", False)]
+
+
+def _windowed_agg(strategy: str, cache: bool, windows: Any, *, initializer: Any = lambda: "0", adder: Any = tostring_adder,
+                  retention_ms: int | None = None, topic: str = "topic1", store: str = "topic1-Canonized", builder: Any = None) -> Any:
+    """Kafka's KStreamWindowAggregateTest topology: aggregate then ``map(key.toString())``
+    to "output" (keys read as Kafka's ``Windowed#toString``, ``[A@0/10]``)."""
+    b = builder or StreamsBuilder()
+    m = Materialized.as_(store).with_value_serde(STR)
+    m = m.with_caching_enabled() if cache else m.with_caching_disabled()
+    if retention_ms is not None:
+        m = m.with_retention(retention_ms)
+    (b.stream(topic, Consumed.with_(STR, STR)).group_by_key()
+        .windowed_by(windows).emit_strategy(EmitStrategy.on_window_close() if strategy == "ON_WINDOW_CLOSE" else EmitStrategy.on_window_update())
+        .aggregate(initializer, adder, m)
+        .to_stream().map(lambda k, v: (str(k), v)).to(f"{topic}-output", Produced.with_(STR, STR)))
+    return b
+
+
+@pytest.mark.parametrize("strategy,cache", STRATEGIES)
+def test_emit_final_nothing_before_any_window_closes(strategy: str, cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#testAggBasic (grace 100: no window closes)
+    b = _windowed_agg(strategy, cache, TimeWindows.of_size_and_grace(10, 100).advance_by(5))
+    rows = [("A", "1", 0), ("B", "2", 1), ("C", "3", 2), ("D", "4", 3), ("A", "1", 4), ("A", "1", 5), ("B", "2", 6), ("D", "4", 7),
+            ("B", "2", 8), ("C", "3", 9), ("A", "1", 10), ("B", "2", 11), ("D", "4", 12), ("B", "2", 13), ("C", "3", 14),
+            ("B", "1", 3), ("B", "2", 2), ("B", "3", 9)]
+    with TopologyTestDriver(b.build()) as d:
+        t, out = d.create_input_topic("topic1", STR, STR), d.create_output_topic("topic1-output", STR, STR)
+        for k, v, ts in rows:
+            t.pipe_input(k, v, ts)
+        got = kvt(out)
+    if strategy == "ON_WINDOW_CLOSE":
+        assert got == []
+    else:
+        assert got[:3] == [("[A@0/10]", "0+1", 0), ("[B@0/10]", "0+2", 1), ("[C@0/10]", "0+3", 2)]
+        assert got[-1] == ("[B@5/15]", "0+2+2+2+2+3", 13)
+        assert len(got) == 29
+
+
+# Kafka: KStreamWindowAggregateTest#shouldEmitWithInterval0 (size 10, advance 5, grace 5,
+# interval 0, the store kept one day): rows, then (updates, finals) expected
+_INTERVAL0_ROWS = [("A", "1", 0), ("A", "1", 5), ("B", "2", 10), ("C", "3", 15), ("D", "4", 20)]
+_INTERVAL0_FINAL = [("[A@0/10]", "0+1+1", 5), ("[A@5/15]", "0+1", 5), ("[B@5/15]", "0+2", 10)]
+_INTERVAL0_UPDATES = [("[A@0/10]", "0+1", 0), ("[A@0/10]", "0+1+1", 5), ("[A@5/15]", "0+1", 5), ("[B@5/15]", "0+2", 10),
+                      ("[B@10/20]", "0+2", 10), ("[C@10/20]", "0+3", 15), ("[C@15/25]", "0+3", 15), ("[D@15/25]", "0+4", 20),
+                      ("[D@20/30]", "0+4", 20)]
+
+
+@pytest.mark.parametrize("strategy,cache", STRATEGIES)
+def test_emit_final_with_interval_zero(strategy: str, cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#shouldEmitWithInterval0 (the driver defaults the
+    # windowed-aggregation emit interval to 0, as the test sets it)
+    b = _windowed_agg(strategy, cache, TimeWindows.of_size_and_grace(10, 5).advance_by(5), retention_ms=86_400_000)
+    with TopologyTestDriver(b.build()) as d:
+        t, out = d.create_input_topic("topic1", STR, STR), d.create_output_topic("topic1-output", STR, STR)
+        for k, v, ts in _INTERVAL0_ROWS:
+            t.pipe_input(k, v, ts)
+        assert kvt(out) == (_INTERVAL0_FINAL if strategy == "ON_WINDOW_CLOSE" else _INTERVAL0_UPDATES)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_emit_final_not_before_the_close_time_covers_a_new_window(cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#shouldNotEmitFinalIfNotProgressEnough (ON_WINDOW_CLOSE)
+    b = _windowed_agg("ON_WINDOW_CLOSE", cache, TimeWindows.of_size_and_grace(10, 5).advance_by(5), retention_ms=86_400_000)
+    with TopologyTestDriver(b.build()) as d:
+        t, out = d.create_input_topic("topic1", STR, STR), d.create_output_topic("topic1-output", STR, STR)
+        for k, v, ts in [("A", "1", 0), ("B", "2", 5), ("C", "3", 15)]:
+            t.pipe_input(k, v, ts)
+        assert kvt(out) == [("[A@0/10]", "0+1", 0), ("[B@0/10]", "0+2", 5)]
+        t.pipe_input("D", "4", 15)  # observed stream time does not progress
+        assert kvt(out) == []
+        t.pipe_input("E", "5", 19)  # progresses, but not enough to close a new window
+        assert kvt(out) == []
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_emit_final_throttled_by_the_windowed_aggregation_emit_interval(cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#shouldEmitWithLargeInterval (ON_WINDOW_CLOSE,
+    # __emit.interval.ms.kstreams.windowed.aggregation__ = 1000, wall clock 0 -> 10000 -> 10100)
+    b = _windowed_agg("ON_WINDOW_CLOSE", cache, TimeWindows.of_size_and_grace(10, 5).advance_by(5), retention_ms=86_400_000)
+    with TopologyTestDriver(b.build(), {EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION: 1000}) as d:
+        t, out = d.create_input_topic("topic1", STR, STR), d.create_output_topic("topic1-output", STR, STR)
+        for k, v, ts in [("A", "1", 0), ("A", "1", 5), ("B", "2", 10), ("C", "3", 15)]:
+            t.pipe_input(k, v, ts)
+        assert kvt(out) == []
+        d.advance_wall_clock_time(10_000)
+        t.pipe_input("D", "4", 20)
+        assert kvt(out) == _INTERVAL0_FINAL
+        d.advance_wall_clock_time(100)
+        t.pipe_input("E", "5", 40)
+        assert kvt(out) == []
+
+
+@pytest.mark.parametrize("strategy,cache", STRATEGIES)
+def test_emit_final_with_a_retention_of_exactly_the_closed_window(strategy: str, cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#shouldLogAndMeterWhenSkippingExpiredWindow (size 10,
+    # advance 5, grace 90, retention 100; aggregate "" + "+" + value): 7 records dropped
+    b = _windowed_agg(strategy, cache, TimeWindows.of_size_and_grace(10, 90).advance_by(5), initializer=lambda: "",
+                      retention_ms=100)
+    with TopologyTestDriver(b.build()) as d:
+        t, out = d.create_input_topic("topic1", STR, STR), d.create_output_topic("topic1-output", STR, STR)
+        for ts in [100, 0, 1, 2, 3, 4, 5, 6, 105, 106]:
+            t.pipe_input("k", str(ts), ts)
+        assert d.dropped_records() == 7
+        got = kvt(out)
+    if strategy == "ON_WINDOW_CLOSE":
+        assert got == [("[k@5/15]", "+5+6", 6)]  # window close time is 15 at timestamp 105
+    else:
+        assert got == [("[k@95/105]", "+100", 100), ("[k@100/110]", "+100", 100), ("[k@5/15]", "+5", 5), ("[k@5/15]", "+5+6", 6),
+                       ("[k@100/110]", "+100+105", 105), ("[k@105/115]", "+105", 105), ("[k@100/110]", "+100+105+106", 106),
+                       ("[k@105/115]", "+105+106", 106)]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_emit_final_of_two_windowed_tables(cache: bool) -> None:
+    # Kafka: KStreamWindowAggregateTest#testJoin, ON_WINDOW_CLOSE (grace 5): the emissions
+    # of both windowed tables (the joined output of that test is not ported)
+    b = StreamsBuilder()
+    w = TimeWindows.of_size_and_grace(10, 5).advance_by(5)
+    _windowed_agg("ON_WINDOW_CLOSE", cache, w, builder=b)
+    _windowed_agg("ON_WINDOW_CLOSE", cache, w, builder=b, topic="topic2", store="topic2-Canonized")
+    with TopologyTestDriver(b.build()) as d:
+        t1, t2 = d.create_input_topic("topic1", STR, STR), d.create_input_topic("topic2", STR, STR)
+        o1, o2 = d.create_output_topic("topic1-output", STR, STR), d.create_output_topic("topic2-output", STR, STR)
+        for k, v, ts in [("A", "1", 0), ("B", "2", 1), ("C", "3", 2), ("D", "4", 3), ("A", "1", 9), ("A", "1", 15)]:
+            t1.pipe_input(k, v, ts)
+        assert kvt(o1) == [("[A@0/10]", "0+1+1", 9), ("[B@0/10]", "0+2", 1), ("[C@0/10]", "0+3", 2), ("[D@0/10]", "0+4", 3)]
+        for k, v, ts in [("A", "1", 10), ("B", "2", 11), ("D", "4", 12), ("B", "2", 13), ("C", "3", 14), ("A", "1", 20)]:
+            t1.pipe_input(k, v, ts)
+        assert kvt(o1) == [("[A@5/15]", "0+1+1", 10), ("[B@5/15]", "0+2+2", 13), ("[C@5/15]", "0+3", 14), ("[D@5/15]", "0+4", 12)]
+        for k, v, ts in [("A", "a", 0), ("B", "b", 1), ("C", "c", 2), ("D", "d", 10), ("A", "a", 15)]:
+            t2.pipe_input(k, v, ts)
+        assert kvt(o1) == []
+        assert kvt(o2) == [("[A@0/10]", "0+a", 0), ("[B@0/10]", "0+b", 1), ("[C@0/10]", "0+c", 2)]
+        for k, v, ts in [("A", "a", 5), ("B", "b", 6), ("D", "d", 7), ("D", "d", 18), ("A", "a", 21)]:
+            t2.pipe_input(k, v, ts)
+        assert kvt(o2) == [("[A@5/15]", "0+a", 5), ("[B@5/15]", "0+b", 6), ("[D@5/15]", "0+d+d", 10)]
+
+
+# ============================================================================ part 3: old value of a new window
+def _windowed_then_regrouped(kind: str) -> Any:
+    """A windowed aggregation (caching off) re-grouped by key: ``group_by`` makes the
+    windowed table send old values (Kafka's KTableRepartitionMap always requires them), and
+    the re-grouped aggregate logs its subtractor (old value) and adder (new value) calls."""
+    b = StreamsBuilder()
+    w = b.stream("in").group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(10))
+    m = Materialized().with_caching_disabled()
+    if kind == "count":
+        table = w.count(m)
+    elif kind == "aggregate":
+        table = w.aggregate(lambda: "0", tostring_adder, m)
+    else:
+        table = w.reduce(lambda agg, v: f"{agg}+{v}", m)
+    (table.group_by(lambda wk, v: (wk.key, v))
+        .aggregate(lambda: [], lambda k, v, agg: agg + [f"+{v}"], lambda k, v, agg: agg + [f"-{v}"])
+        .to_stream().to("out"))
+    return b.build()
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ("count", ["+1", "-0", "+1"]),
+    ("aggregate", ["+0+a", "-0", "+0+b"]),
+    ("reduce", ["+a", "+b"]),
+])
+def test_old_value_of_a_new_time_window_is_the_initializers_result(kind: str, expected: list[str]) -> None:
+    # Kafka 4.x KStreamWindowAggregate.KStreamWindowAggregateProcessor#process: for a window
+    # not in the store ``oldAgg = initializer.apply()`` and the update is forwarded as
+    # ``Change(newAgg, sendOldValues ? oldAgg : null)`` (count's initializer is 0L; reduce's
+    # returns null). No Kafka test asserts this old value directly (its tests read new values
+    # only); a downstream KGroupedTable aggregation makes it visible: KTableAggregate calls
+    # the subtractor with a non-null old value once its own aggregate exists, so the second
+    # window of "k" (new, [10, 20)) subtracts the initializer's result.
+    with TopologyTestDriver(_windowed_then_regrouped(kind)) as d:
+        t, out = d.create_input_topic("in"), d.create_output_topic("out")
+        t.pipe_input("k", "a", 1)
+        t.pipe_input("k", "b", 15)
+        assert out.read_values_to_list()[-1] == expected

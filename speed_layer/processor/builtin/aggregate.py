@@ -15,7 +15,14 @@ KStreamWindowAggregate, KStreamSessionWindowAggregate):
 * with a caching store updates are forwarded when the cache flushes (commit), otherwise
   each update is forwarded at once as ``Change(new, old)``;
 * old values are sent only once a downstream table operation asked for them (Kafka's
-  ``sendOldValues``, :attr:`AggregateOp.send_old_values`); otherwise ``old`` is None.
+  ``sendOldValues``, :attr:`AggregateOp.send_old_values`); otherwise ``old`` is None. For
+  a new time window the old value is the initializer's result (``count``: 0, ``reduce``:
+  None), as Kafka's KStreamWindowAggregate forwards ``Change(newAgg, oldAgg)`` with
+  ``oldAgg = initializer.apply()``; a caching store flushes None instead (nothing was
+  stored);
+* time and sliding windows with ``EmitStrategy.on_window_close()`` (KIP-825) forward
+  nothing per update: closed windows are forwarded once, from the store (Kafka's
+  AbstractKStreamTimeWindowAggregateProcessor), see :class:`_EmitOnWindowClose`.
 """
 from __future__ import annotations
 
@@ -53,6 +60,78 @@ class _Forwarding(OpProcessor):
             store.flush_listener = on_flush
 
 
+class _EmitOnWindowClose(_Forwarding):
+    """The ON_WINDOW_CLOSE half of Kafka's AbstractKStreamTimeWindowAggregateProcessor
+    (KIP-825): after each record, at most once per
+    ``__emit.interval.ms.kstreams.windowed.aggregation__`` ms of wall-clock time and only
+    when the window close time (observed stream time - grace) has progressed, forward
+    every window of the store whose start is in ``[lower, upper]`` as ``Change(value,
+    None)`` with the window's timestamp and the record's headers, in start-then-key order
+    (Kafka's time-ordered window store). Subclasses give the bounds."""
+
+    windows: Any
+    store: WindowStore
+
+    def _init_emit(self, context: Any) -> None:
+        strategy = getattr(self.windows, "emit_strategy", None)
+        self.emit_final = strategy is not None and strategy.emits_on_close
+        self.last_emit_window_close_time = -1  # ConsumerRecord.NO_TIMESTAMP
+        self.next_time_to_emit = 0
+        cfg = getattr(getattr(context, "_task", None), "config", None)
+        self.emit_interval_ms = 1000 if cfg is None else int(cfg.windowed_aggregation_emit_interval_ms)
+        if self.emit_final:
+            # Kafka: a TimestampedTupleForwarder without the store: no cache flush listener
+            self.send_old = bool(getattr(self.op, "send_old_values", True))
+            self.caching = False
+        else:
+            self._install_flush(self.store)
+
+    def _emit_lower(self, close_time: int) -> int:
+        raise NotImplementedError
+
+    def _emit_upper(self, close_time: int) -> int:
+        raise NotImplementedError
+
+    def _should_range_fetch(self, lower: int, upper: int) -> bool:
+        return True
+
+    def _maybe_forward_final(self, record: Record[Any, Any], close_time: int) -> None:
+        if not self.emit_final:
+            return
+        now = self.context.current_system_time_ms()
+        if now < self.next_time_to_emit:
+            return
+        self.next_time_to_emit = now + self.emit_interval_ms
+        if self.last_emit_window_close_time != -1 and self.last_emit_window_close_time >= close_time:
+            return
+        upper = self._emit_upper(close_time)
+        if upper < 0:
+            return
+        lower = self._emit_lower(close_time)
+        if not self._should_range_fetch(lower, upper):
+            return
+        for key, start, vt in self._closed_windows(lower, upper):
+            window = Window(start, start + self.store.window_size_ms)
+            self.forward(Record(Windowed(key, window), Change(vt.value, None), vt.timestamp, record.headers))
+        self.last_emit_window_close_time = close_time
+
+    def _closed_windows(self, lower: int, upper: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
+        """The store's windows starting in ``[lower, upper]`` by start, then key bytes.
+        Kafka's time-ordered store (``TimeFirstWindowKeySchema``) keeps windows down to
+        ``observed stream time - retention`` inclusive, one ms more than the key-ordered
+        one, so the window closing exactly at retention is still emitted."""
+        store = self.store
+        saved = store.observed_stream_time
+        if saved > 0:
+            store.observed_stream_time = saved - 1
+        try:
+            rows = store._rows(None, lower, upper)
+        finally:
+            store.observed_stream_time = saved
+        ser = store.key_serde.serialize
+        return sorted(rows, key=lambda r: (r[1], ser(r[0]) or b""))
+
+
 class StreamAggregateProcessor(_Forwarding):
     """Non-windowed count/reduce/aggregate into a timestamped key-value store."""
 
@@ -78,8 +157,10 @@ class StreamAggregateProcessor(_Forwarding):
             self.forward(Record(record.key, Change(agg, None if old is None or not self.send_old else old.value), ts, record.headers))
 
 
-class TimeWindowAggregateProcessor(_Forwarding):
-    """Tumbling/hopping window aggregation into a window store."""
+class TimeWindowAggregateProcessor(_EmitOnWindowClose):
+    """Tumbling/hopping window aggregation into a window store (Kafka's
+    KStreamWindowAggregate), emitting on each update or, with ON_WINDOW_CLOSE, once per
+    closed window."""
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -87,7 +168,21 @@ class TimeWindowAggregateProcessor(_Forwarding):
         self.windows: TimeWindows = self.op.windows
         self.initializer, self.aggregator = aggregate_functions(self.op)
         self.observed_stream_time = -1
-        self._install_flush(self.store)
+        self._init_emit(context)
+
+    # Kafka's KStreamWindowAggregateProcessor#emitRangeLowerBound/UpperBound/shouldRangeFetch
+    def _emit_lower(self, close_time: int) -> int:
+        last = self.last_emit_window_close_time
+        return 0 if last == -1 else max(0, last - self.windows.size_ms) + 1
+
+    def _emit_upper(self, close_time: int) -> int:
+        return close_time - self.windows.size_ms
+
+    def _should_range_fetch(self, lower: int, upper: int) -> bool:
+        if self.last_emit_window_close_time != -1:
+            # no new window closed since the last emission
+            return list(self.windows.window_starts(upper)) != list(self.windows.window_starts(lower - 1))
+        return True
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:  # Kafka's KStreamWindowAggregate drops null keys only
@@ -103,15 +198,18 @@ class TimeWindowAggregateProcessor(_Forwarding):
                 continue
             old_vt = self.store.fetch_one_with_timestamp(record.key, start)
             if old_vt is None:
-                agg = record.value if self.initializer is None else self.aggregator(record.key, record.value, self.initializer())
+                # Kafka: oldAgg = initializer.apply(), forwarded as the old value
+                old_agg = None if self.initializer is None else self.initializer()
+                agg = record.value if self.initializer is None else self.aggregator(record.key, record.value, old_agg)
                 new_ts = ts
             else:
-                agg = self.aggregator(record.key, record.value, old_vt.value)
+                old_agg = old_vt.value
+                agg = self.aggregator(record.key, record.value, old_agg)
                 new_ts = max(ts, old_vt.timestamp)
             self.store.put(record.key, agg, start, new_ts)
-            if not self.caching:
-                old_value = None if old_vt is None or not self.send_old else old_vt.value
-                self.forward(Record(Windowed(record.key, Window(start, start + size)), Change(agg, old_value), new_ts, record.headers))
+            if not self.caching and not self.emit_final:
+                self.forward(Record(Windowed(record.key, Window(start, start + size)), Change(agg, old_agg if self.send_old else None), new_ts, record.headers))
+        self._maybe_forward_final(record, close_time)
 
 
 class SessionWindowAggregateProcessor(_Forwarding):

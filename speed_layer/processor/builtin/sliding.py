@@ -1,5 +1,6 @@
 """Sliding-window aggregation (KIP-450), ported from Kafka Streams'
-``KStreamSlidingWindowAggregate`` (3.x/4.x, emit strategy ON_WINDOW_UPDATE).
+``KStreamSlidingWindowAggregate`` (3.x/4.x, emit strategies ON_WINDOW_UPDATE and, KIP-825,
+ON_WINDOW_CLOSE).
 
 A sliding window of ``time_difference`` D covers ``[start, start + D]``, both bounds
 inclusive. Windows exist only where records are: each record at ``t`` creates its *left*
@@ -16,7 +17,10 @@ has seen); ``close_time = observed_stream_time - grace``. A record is dropped (o
 ``dropped-records``) when even its right window is closed (``t + 1 + D <= close_time``);
 each window update whose window end ``< close_time`` is dropped and counted too. A
 window's timestamp is the largest record timestamp in it. Updates are forwarded as
-``Change(new, old)`` at once, or when the store's cache flushes (caching on).
+``Change(new, old)`` at once, or when the store's cache flushes (caching on). With
+``EmitStrategy.on_window_close()`` nothing is forwarded per update; after a record (not an
+early one, ``t < D``, as in Kafka) closed windows starting in ``[max(0, last close - D),
+close - D - 1]`` are forwarded once as ``Change(final, None)``.
 """
 from __future__ import annotations
 
@@ -25,10 +29,10 @@ from typing import Any
 from ...state.stores import ValueAndTimestamp, WindowStore
 from ...windows import SlidingWindows, Window, Windowed
 from ..api import Change, Record
-from .aggregate import _Forwarding, aggregate_functions
+from .aggregate import _EmitOnWindowClose, aggregate_functions
 
 
-class SlidingWindowAggregateProcessor(_Forwarding):
+class SlidingWindowAggregateProcessor(_EmitOnWindowClose):
     """count/reduce/aggregate over :class:`SlidingWindows` into a timestamped window store
     whose window size is the time difference (see the module docstring)."""
 
@@ -38,7 +42,15 @@ class SlidingWindowAggregateProcessor(_Forwarding):
         self.windows: SlidingWindows = self.op.windows
         self.initializer, self.aggregator = aggregate_functions(self.op)
         self.observed_stream_time = -1
-        self._install_flush(self.store)
+        self._init_emit(context)
+
+    # Kafka's KStreamSlidingWindowAggregateProcessor#emitRangeLowerBound/UpperBound
+    def _emit_lower(self, close_time: int) -> int:
+        last = self.last_emit_window_close_time
+        return 0 if last == -1 else max(0, last - self.windows.time_difference_ms)
+
+    def _emit_upper(self, close_time: int) -> int:
+        return close_time - self.windows.time_difference_ms - 1
 
     # ------------------------------------------------------------------ helpers
     def _initial(self) -> Any:
@@ -64,7 +76,7 @@ class SlidingWindowAggregateProcessor(_Forwarding):
         new_agg = self._apply(record.key, record.value, old_agg)
         new_ts = record.timestamp if old_agg is None else max(record.timestamp, vt.timestamp)  # type: ignore[union-attr]
         self.store.put(record.key, new_agg, start, new_ts)
-        if not self.caching:
+        if not self.caching and not self.emit_final:
             self.forward(Record(Windowed(record.key, window), Change(new_agg, old_agg if self.send_old else None), new_ts, record.headers))
 
     def _create_current_right_window(self, t: int, right_agg: ValueAndTimestamp, record: Record[Any, Any]) -> None:
@@ -72,7 +84,7 @@ class SlidingWindowAggregateProcessor(_Forwarding):
         the window found holds); the record itself is not in it."""
         start = t + 1
         self.store.put(record.key, right_agg.value, start, right_agg.timestamp)
-        if not self.caching:
+        if not self.caching and not self.emit_final:
             self.forward(Record(Windowed(record.key, self._window(start)), Change(right_agg.value, None), right_agg.timestamp, record.headers))
 
     def _fresh(self, t: int) -> ValueAndTimestamp:
@@ -92,8 +104,9 @@ class SlidingWindowAggregateProcessor(_Forwarding):
             return
         if t < d:
             self._process_early(record, close_time)
-            return
+            return  # Kafka returns here too: no ON_WINDOW_CLOSE emission after an early record
         self._process_reverse(record, close_time)
+        self._maybe_forward_final(record, close_time)
 
     def _process_reverse(self, record: Record[Any, Any], close_time: int) -> None:
         """Kafka's ``processReverse``: walk the key's windows starting in
