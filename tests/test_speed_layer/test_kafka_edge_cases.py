@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from speed_layer import JoinWindows, Materialized, Serdes, StreamJoined, StreamsBuilder, StreamsConfig, TimeWindows
+from speed_layer import (
+    JoinWindows, Materialized, Serdes, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, TimeWindows,
+)
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Produced
 from speed_layer.testing import TopologyTestDriver
@@ -242,6 +244,41 @@ def test_emit_final_of_two_windowed_tables(cache: bool) -> None:
         for k, v, ts in [("A", "a", 5), ("B", "b", 6), ("D", "d", 7), ("D", "d", 18), ("A", "a", 21)]:
             t2.pipe_input(k, v, ts)
         assert kvt(o2) == [("[A@5/15]", "0+a", 5), ("[B@5/15]", "0+b", 6), ("[D@5/15]", "0+d+d", 10)]
+
+
+def _sliding_final(windows: Any, cache: bool, rows: list[tuple[str, int]]) -> dict[int, set[tuple[str, int]]]:
+    """Kafka's KStreamSlidingWindowAggregateTest#gatherOutput: window start -> {(value, ts)}."""
+    b = StreamsBuilder()
+    m = Materialized.as_("store-name").with_value_serde(STR)
+    m = m.with_caching_enabled() if cache else m.with_caching_disabled()
+    (b.stream("topic", Consumed.with_(STR, STR)).group_by_key().windowed_by(windows).emit_strategy(EmitStrategy.on_window_close())
+        .aggregate(lambda: "0", tostring_adder, m).to_stream().map(lambda k, v: (str(k.window.start), v))
+        .to("output", Produced.with_(STR, STR)))
+    with TopologyTestDriver(b.build()) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for v, ts in rows:
+            t.pipe_input("A", v, ts)
+        out: dict[int, set[tuple[str, int]]] = {}
+        for k, v, ts in kvt(d.create_output_topic("output", STR, STR)):
+            out.setdefault(int(k), set()).add((v, ts))
+    return out
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_sliding_emit_final_small_input(cache: bool) -> None:
+    # Kafka: KStreamSlidingWindowAggregateTest#testAggregateSmallInput, ON_WINDOW_CLOSE
+    got = _sliding_final(SlidingWindows.of_time_difference_and_grace(10, 5), cache,
+                         [("1", 10), ("2", 10), ("3", 14), ("4", 15), ("5", 20), ("6", 22), ("7", 30)])
+    assert got == {0: {("0+1+2", 10)}, 4: {("0+1+2+3", 14)}, 5: {("0+1+2+3+4", 15)}, 10: {("0+1+2+3+4+5", 20)},
+                   11: {("0+3+4+5", 20)}, 12: {("0+3+4+5+6", 22)}}
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_sliding_emit_final_no_grace_small_input(cache: bool) -> None:
+    # Kafka: KStreamSlidingWindowAggregateTest#testNoGracePeriodSmallInput, ON_WINDOW_CLOSE
+    got = _sliding_final(SlidingWindows.of_time_difference_with_no_grace(50), cache,
+                         [("1", 100), ("2", 105), ("3", 106), ("4", 103), ("5", 113), ("6", 110)])
+    assert got == {50: {("0+1", 100)}, 55: {("0+1+2", 105)}, 56: {("0+1+2+3+4", 106)}}
 
 
 # ============================================================================ part 3: old value of a new window
