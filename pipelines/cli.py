@@ -1,6 +1,7 @@
 """``duet``: the command line of the product (console script, see pyproject.toml).
 
-Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``, ``query``, ``ui``.
+Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``, ``query``, ``ui``,
+``backfill``.
 Kafka: ``--bootstrap``,
 else ``$KAFKA_BOOTSTRAP_SERVERS``, else an embedded Apache Kafka broker started and stopped by
 the command (it starts empty, so ``speed`` and ``batch`` load the data into it first). The
@@ -462,6 +463,74 @@ def ui(
     if code:
         _console(stderr=True).print(f"[bold red]duet ui[/]: dagster dev exited with status {code}")
         raise typer.Exit(2)
+
+
+# --------------------------------------------------------------------------- backfill
+@app.command()
+def backfill(
+    first: Annotated[str, typer.Argument(help="First day, YYYY-MM-DD (a daily partition of 2013).")],
+    last: Annotated[Optional[str], typer.Argument(help="Last day, inclusive (default: FIRST).")] = None,
+    url: Annotated[str, typer.Option("--url", help="The Dagster UI started by `duet ui`.")] = "http://127.0.0.1:3000",
+    views: Annotated[
+        Optional[str], typer.Option("--views", help="Comma-separated batch views (default: all of them).")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Show the progress until the backfill ends.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the end.")] = 3600.0,
+) -> None:
+    """Backfill the batch views over the days FIRST..LAST through the Dagster UI (a partition
+    backfill, as the UI's "Materialize" dialog launches it) and show its progress. Exit 0 when
+    every partition was materialized, 1 when some failed."""
+    import time
+
+    from pipelines.dagster_client import DagsterClient
+    from pipelines.partitions import DAILY_2013, FIRST_DAY
+    from pipelines.preflight import UserError
+    from pipelines.views import VIEW_NAMES
+
+    console = _console()
+    with _user_errors("backfill"):
+        keys = DAILY_2013.get_partition_keys()
+        for day in (first, last or first):
+            if day not in keys:
+                raise UserError(f"invalid day {day!r}: expected a daily partition YYYY-MM-DD from {FIRST_DAY} "
+                                f"to {keys[-1]}")
+        lo, hi = keys.index(first), keys.index(last or first)
+        if lo > hi:
+            raise UserError(f"first day {first} is after last day {last}")
+        selected = [v.strip() for v in views.split(",") if v.strip()] if views else list(VIEW_NAMES)
+        unknown = [v for v in selected if v not in VIEW_NAMES]
+        if unknown:
+            raise UserError(f"unknown view {unknown[0]!r}; batch views: {', '.join(VIEW_NAMES)}")
+        client = DagsterClient(url)
+        days = keys[lo:hi + 1]
+        backfill_id = client.launch_backfill([f"view_{v}" for v in selected], days,
+                                             title=f"duet backfill {days[0]}..{days[-1]}")
+        console.print(f"backfill {backfill_id}: {len(days)} days x {len(selected)} views, "
+                      f"{url}/runs/b/{backfill_id}", soft_wrap=True)
+        if not wait:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        deadline = time.monotonic() + timeout
+        with Progress(TextColumn("backfill"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
+            task = bar.add_task("requested", total=len(days) * len(selected))
+            while True:
+                state = client.backfill_progress(backfill_id)
+                runs = ", ".join(f"{s.lower()} {sum(1 for _, x in state.runs if x == s)}"
+                                 for s in sorted({x for _, x in state.runs})) or "no run yet"
+                bar.update(task, completed=state.materialized + state.failed,
+                           total=state.targeted or len(days) * len(selected),
+                           description=f"{state.status.lower()}; runs: {runs}")
+                if state.done:
+                    break
+                if time.monotonic() > deadline:
+                    raise UserError(f"backfill {backfill_id} still {state.status} after {timeout:.0f} s; "
+                                    f"follow it at {url}/runs/b/{backfill_id}")
+                time.sleep(2)
+    console.print(f"backfill {backfill_id} {state.status.lower()}: {state.materialized} asset partitions "
+                  f"materialized, {state.failed} failed", soft_wrap=True)
+    raise typer.Exit(0 if state.status in ("COMPLETED_SUCCESS", "COMPLETED") and not state.failed else 1)
 
 
 def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``

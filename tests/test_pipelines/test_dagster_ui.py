@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import pytest
 
+from pipelines.dagster_client import DagsterClient
+
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.browser, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +41,6 @@ DAY = "2013-01-02"
 FAILED_DAY = "2013-02-01"  # outside WEEK: the failed run marks its partition failed
 WEEK = [f"2013-01-0{d}" for d in range(1, 8)]
 VIEWS = ["departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"]
-JOB = {"repositoryLocationName": "duet", "repositoryName": "__repository__", "jobName": "recompute_job"}
 
 
 @dataclass
@@ -47,31 +48,16 @@ class DagsterUI:
     url: str
     lake: Path
     bootstrap: str
+    client: DagsterClient
     runs: dict[str, str]  # what the tests launched: name -> run id / backfill id
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
-        res = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=60)
-        res.raise_for_status()
-        body = res.json()
-        assert "errors" not in body, body["errors"]
-        return body["data"]
-
-    def launch(self, partition: str, run_config: dict[str, Any] | None = None) -> str:
-        data = self.gql(
-            """mutation Launch($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
-                 ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-                 ... on RunConfigValidationInvalid { errors { message } } } }""",
-            p={"selector": JOB, "runConfigData": run_config or {},
-               "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}},
-        )["launchRun"]
-        assert data["__typename"] == "LaunchRunSuccess", data
-        return data["run"]["runId"]
+        return self.client.query(query, **variables)
 
     def wait_run(self, run_id: str, timeout_s: float = 600) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status = self.gql("query R($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
-                              id=run_id)["runOrError"]["status"]
+            status = self.client.run_status(run_id)
             if status in ("SUCCESS", "FAILURE", "CANCELED"):
                 return status
             time.sleep(2)
@@ -111,7 +97,7 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             pytest.fail("the Dagster UI did not answer within 300 s")
         time.sleep(2)
     try:
-        yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, runs={})
+        yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, client=DagsterClient(url), runs={})
     finally:
         proc.send_signal(signal.SIGTERM)  # duet ui stops dagster dev and its children
         try:
@@ -122,7 +108,7 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def test_materialize_one_day(ui: DagsterUI) -> None:
-    run_id = ui.launch(DAY)
+    run_id = ui.client.launch_run("recompute_job", DAY)
     ui.runs["day"] = run_id
     assert ui.wait_run(run_id) == "SUCCESS"
     data = ui.gql(
@@ -169,8 +155,8 @@ def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: Dagster
 
 
 def test_a_failed_run_says_why(ui: DagsterUI) -> None:
-    run_id = ui.runs["failed"] = ui.launch(
-        FAILED_DAY, {"resources": {"kafka": {"config": {"bootstrap_servers": "127.0.0.1:1"}}}})
+    run_id = ui.runs["failed"] = ui.client.launch_run(
+        "recompute_job", FAILED_DAY, {"resources": {"kafka": {"config": {"bootstrap_servers": "127.0.0.1:1"}}}})
     assert ui.wait_run(run_id) == "FAILURE"
     events = ui.gql(
         """query E($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename
@@ -184,26 +170,19 @@ def test_a_failed_run_says_why(ui: DagsterUI) -> None:
 
 
 def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
-    data = ui.gql(
-        """mutation B($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) { __typename
-             ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
-        p={"partitionNames": WEEK, "assetSelection": [{"path": [f"view_{v}"]} for v in VIEWS],
-           "title": "first week of 2013"},
-    )["launchPartitionBackfill"]
-    assert data["__typename"] == "LaunchBackfillSuccess", data
-    backfill_id = ui.runs["backfill"] = data["backfillId"]
-    deadline = time.monotonic() + 600
-    while True:
-        bf = ui.gql(
-            """query B($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill {
-                 status numPartitions runs(limit: 20) { runId status } } } }""", id=backfill_id,
-        )["partitionBackfillOrError"]
-        if bf["status"] != "REQUESTED" or time.monotonic() > deadline:
-            break
-        time.sleep(3)
-    assert bf["status"] == "COMPLETED_SUCCESS", bf
-    assert bf["numPartitions"] == 7
-    assert [r["status"] for r in bf["runs"]] == ["SUCCESS"]  # single_run: one batch run for the week
+    """``duet backfill`` launches it through the UI and shows its progress to the end."""
+    res = subprocess.run([sys.executable, "-m", "pipelines.cli", "backfill", WEEK[0], WEEK[-1], "--url", ui.url],
+                         capture_output=True, text=True, timeout=900, check=False, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    backfill_id = ui.runs["backfill"] = out.split("backfill ", 1)[1].split(":", 1)[0]
+    assert f"{ui.url}/runs/b/{backfill_id}" in out
+    assert "28/28" in out  # the progress bar: 7 days x 4 views
+    assert out.rstrip().endswith(f"backfill {backfill_id} completed_success: 28 asset partitions materialized, "
+                                 "0 failed"), out
+    state = ui.client.backfill_progress(backfill_id)
+    assert (state.status, state.partitions, state.materialized, state.failed) == ("COMPLETED_SUCCESS", 7, 28, 0)
+    assert [s for _, s in state.runs] == ["SUCCESS"]  # single_run: one batch run for the week
     stats = ui.gql(
         """query S($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
              partitionStats { numMaterialized numPartitions } } } }""",
