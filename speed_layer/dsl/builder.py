@@ -29,6 +29,54 @@ def _not_null_key(key: Any, value: Any) -> bool:
     return key is not None
 
 
+def _any_key(key: Any, value: Any) -> bool:
+    """The repartition filter of a repartition followed by a null-key-relaxed join
+    (KIP-962): every record passes, null keys included."""
+    return True
+
+
+def relax_null_key_repartitions(topology: Topology) -> None:
+    """Kafka's ``InternalStreamsBuilder#rewriteRepartitionNodes`` (KIP-962, Kafka >= 3.7):
+    a repartition keeps null-key records when a join that accepts them -- a stream-stream
+    left or outer join, a stream-table or stream-GlobalKTable left join (Kafka's
+    ``NULL_KEY_RELAXED_JOIN`` label) -- lies anywhere downstream of it (through further
+    repartition topics too); every other repartition drops them. Applied by
+    :meth:`StreamsBuilder.build`, so it sees the whole graph."""
+    from ..graph.ops import StreamStreamJoinOp, StreamTableJoinOp
+
+    nodes = topology.nodes
+    children = topology.child_map()
+    readers: dict[str, list[str]] = {}
+    for n in nodes.values():
+        if isinstance(n.op, SourceOp):
+            for topic in n.op.topics:
+                readers.setdefault(topic, []).append(n.name)
+    memo: dict[str, bool] = {}
+
+    def relaxed(name: str) -> bool:
+        """True if ``name`` or a node downstream of it is a null-key-relaxed join."""
+        if name in memo:
+            return memo[name]
+        memo[name] = False  # guards against cycles (a topic read back upstream)
+        op = nodes[name].op
+        found = (isinstance(op, StreamStreamJoinOp) and (op.left_outer or op.right_outer)) or (isinstance(op, StreamTableJoinOp) and op.left)
+        nxt = list(children.get(name, ()))
+        if isinstance(op, SinkOp) and op.repartition and op.topic is not None:
+            nxt += readers.get(op.topic, [])
+        for child in nxt:
+            if found:
+                break
+            found = relaxed(child)
+        memo[name] = found
+        return found
+
+    for name, node in list(nodes.items()):
+        if isinstance(node.op, FilterOp) and node.op.predicate in (_not_null_key, _any_key):
+            want = _any_key if relaxed(name) else _not_null_key
+            if node.op.predicate is not want:
+                nodes[name] = replace(node, op=replace(node.op, predicate=want))
+
+
 class StreamsBuilder:
     """Builds a :class:`Topology` with the DSL. ``build()`` returns it."""
 
@@ -163,5 +211,8 @@ class StreamsBuilder:
         return self
 
     def build(self) -> Topology:
-        """The Topology built so far (the same object on each call)."""
+        """The Topology built so far (the same object on each call). As Kafka's
+        ``StreamsBuilder#build``, repartitions upstream of a null-key-relaxed join keep
+        null-key records (KIP-962, see :func:`relax_null_key_repartitions`)."""
+        relax_null_key_repartitions(self.topology)
         return self.topology

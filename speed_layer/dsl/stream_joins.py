@@ -131,7 +131,8 @@ def stream_stream_join(
 
 
 def _repartition_for_join(stream: "KStream", base: str, key_serde: Any, value_serde: Any) -> "KStream":
-    """Kafka's KStreamImpl#repartitionForJoin: ``<base>-repartition`` (null keys dropped)."""
+    """Kafka's KStreamImpl#repartitionForJoin: ``<base>-repartition`` (null keys dropped unless
+    the join is a left or outer one, KIP-962: see ``builder.relax_null_key_repartitions``)."""
     from .kstream import KStream
 
     src = stream.builder._repartition(stream.node, base, key_serde=key_serde, value_serde=value_serde)

@@ -319,3 +319,104 @@ def test_old_value_of_a_new_time_window_is_the_initializers_result(kind: str, ex
         t.pipe_input("k", "a", 1)
         t.pipe_input("k", "b", 15)
         assert out.read_values_to_list()[-1] == expected
+
+
+# ============================================================================ part 3: KIP-962 null keys
+def _relaxed(join: str) -> tuple[Any, Any]:
+    """Kafka's RelaxedNullKeyRequirementJoinTest topology: both inputs repartitioned first,
+    joiner ``lv|rv``, JoinWindows 60 s with 10 s grace, String serdes."""
+    b = StreamsBuilder()
+    left = b.stream("left", Consumed.with_(STR, STR)).repartition()
+    right = b.stream("right", Consumed.with_(STR, STR)).repartition()
+    joiner = lambda lv, rv: f"{_s(lv)}|{_s(rv)}"  # noqa: E731
+    w = JoinWindows.of_time_difference_and_grace(60_000, 10_000)
+    if join == "left_stream_stream":
+        out = left.left_join(right, joiner, w)
+    elif join == "outer_stream_stream":
+        out = left.outer_join(right, joiner, w)
+    elif join == "left_stream_table":
+        out = left.left_join(right.to_table(), joiner)
+    elif join == "left_stream_global":
+        out = left.left_join(b.global_table("global", Consumed.with_(STR, STR)), lambda k, v: None, joiner)
+    else:
+        out = left.repartition()
+    out.to("out", Produced.with_(STR, STR))
+    return b, out
+
+
+@pytest.mark.parametrize("join,rows,expected", [
+    # Kafka: RelaxedNullKeyRequirementJoinTest#testRelaxedLeftStreamStreamJoin
+    ("left_stream_stream", [("left", "leftValue")], [(None, "leftValue|null")]),
+    # Kafka: RelaxedNullKeyRequirementJoinTest#testRelaxedLeftStreamTableJoin
+    ("left_stream_table", [("left", "leftValue")], [(None, "leftValue|null")]),
+    # Kafka: RelaxedNullKeyRequirementJoinTest#testRelaxedOuterStreamStreamJoin
+    ("outer_stream_stream", [("right", "rightValue"), ("left", "leftValue")], [(None, "null|rightValue"), (None, "leftValue|null")]),
+    # Kafka: RelaxedNullKeyRequirementJoinTest#testRelaxedLeftStreamGlobalTableJoin
+    ("left_stream_global", [("left", "leftValue")], [(None, "leftValue|null")]),
+    # Kafka: RelaxedNullKeyRequirementJoinTest#testDropNullKeyRecordsForRepartitionNodesWithNoRelaxedJoinDownstream
+    ("no_join", [("left", "leftValue")], []),
+])
+def test_null_key_records_pass_repartitions_followed_by_a_relaxed_join(join: str, rows: list[tuple[str, str]], expected: list[Any]) -> None:
+    b, _ = _relaxed(join)
+    with TopologyTestDriver(b.build()) as d:
+        for topic, value in rows:
+            d.create_input_topic(topic, STR, STR).pipe_input(None, value, 1)
+        assert d.create_output_topic("out", STR, STR).read_key_values_to_list() == expected
+
+
+def test_null_keys_pass_every_repartition_upstream_of_a_relaxed_join_only() -> None:
+    # Kafka: NodesWithRelaxedNullKeyJoinDownstream marks every repartition node with a relaxed
+    # join anywhere downstream (through further repartitions); the branch without one keeps
+    # dropping null keys (InternalStreamsBuilder#rewriteRepartitionNodes)
+    b = StreamsBuilder()
+    src = b.stream("left", Consumed.with_(STR, STR)).repartition()  # first repartition
+    twice = src.repartition()  # a second one, then the left join
+    twice.left_join(b.stream("right", Consumed.with_(STR, STR)), lambda lv, rv: f"{_s(lv)}|{_s(rv)}",
+                    JoinWindows.of_time_difference_with_no_grace(10)).to("joined", Produced.with_(STR, STR))
+    src.repartition().to("plain", Produced.with_(STR, STR))  # a sibling repartition, no join below
+    with TopologyTestDriver(b.build()) as d:
+        d.create_input_topic("left", STR, STR).pipe_input(None, "v", 1)
+        assert d.create_output_topic("joined", STR, STR).read_key_values_to_list() == [(None, "v|null")]
+        assert d.create_output_topic("plain", STR, STR).read_key_values_to_list() == []
+
+
+def _global_left_join() -> Any:
+    """Kafka's KStreamGlobalKTableLeftJoinTest topology: the stream value ``X<i>,FKey<i>``
+    names the global table key after the comma (none: the key mapper returns null)."""
+    b = StreamsBuilder()
+    table = b.global_table("globalTopic", Consumed.with_(STR, STR))
+    # (None-safe: Kafka calls the key mapper before dropping a null value, as duet does)
+    mapper = lambda k, v: v.split(",")[1] if v is not None and len(v.split(",")) > 1 else None  # noqa: E731
+    b.stream("streamTopic", Consumed.with_(INT, STR)).left_join(table, mapper, tostring_joiner).to("out", Produced.with_(INT, STR))
+    return b.build()
+
+
+def test_global_left_join_with_a_null_key_and_a_foreign_key_joins() -> None:
+    # Kafka: KStreamGlobalKTableLeftJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues
+    with TopologyTestDriver(_global_left_join()) as d:
+        g, s = d.create_input_topic("globalTopic", STR, STR), d.create_input_topic("streamTopic", INT, STR)
+        for i in range(4):
+            g.pipe_input(f"FKey{i}", f"Y{i}", i)
+        for i in range(4):
+            s.pipe_input(None if i == 0 else i, f"X{i},FKey{i}", i)
+        assert kvt(d.create_output_topic("out", INT, STR)) == [(None, "X0,FKey0+Y0", 0), (1, "X1,FKey1+Y1", 1), (2, "X2,FKey2+Y2", 2),
+                                                                (3, "X3,FKey3+Y3", 3)]
+
+
+def test_global_left_join_with_a_null_foreign_key_joins_with_null() -> None:
+    # Kafka: KStreamGlobalKTableLeftJoinTest#shouldNotJoinOnNullKeyMapperValues as changed by
+    # KAFKA-19208 (apache/kafka#19580, Kafka 4.1: KStreamKTableJoinProcessor#maybeDropRecord
+    # keeps a left-join record whose mapped key is null, ``leftJoin && mappedKey == null &&
+    # value != null``): before it these records were dropped; since, each is joined with null.
+    # A null value is still dropped (dropped-records).
+    with TopologyTestDriver(_global_left_join()) as d:
+        g, s = d.create_input_topic("globalTopic", STR, STR), d.create_input_topic("streamTopic", INT, STR)
+        for i in range(4):
+            g.pipe_input(f"FKey{i}", f"Y{i}", i)
+        for i in range(4):
+            s.pipe_input(i, f"XXX{i}", 4 + i)
+        s.pipe_input(None, "XXX9", 9)
+        s.pipe_input(5, None, 10)
+        assert kvt(d.create_output_topic("out", INT, STR)) == [(0, "XXX0+null", 4), (1, "XXX1+null", 5), (2, "XXX2+null", 6),
+                                                                (3, "XXX3+null", 7), (None, "XXX9+null", 9)]
+        assert d.dropped_records() == 1
