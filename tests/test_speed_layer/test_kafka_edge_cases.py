@@ -420,3 +420,69 @@ def test_global_left_join_with_a_null_foreign_key_joins_with_null() -> None:
         assert kvt(d.create_output_topic("out", INT, STR)) == [(0, "XXX0+null", 4), (1, "XXX1+null", 5), (2, "XXX2+null", 6),
                                                                 (3, "XXX3+null", 7), (None, "XXX9+null", 9)]
         assert d.dropped_records() == 1
+
+
+# ============================================================================ part 3: versioned table-table joins
+# Kafka: AbstractJoinIntegrationTest#input (key 0, Long keys; out-of-order updates and
+# tombstones from step 14 on) and the expected results of TableTableJoinIntegrationTest
+# (joiner ``v1 + "-" + v2``; None: no output for the step; a 2-tuple: (value, ts)).
+TT_INPUT = [("L", None, 1), ("R", None, 2), ("L", "A", 3), ("R", "a", 4), ("L", "B", 5), ("R", "b", 6), ("L", None, 7), ("R", None, 8),
+            ("L", "C", 9), ("R", "c", 10), ("R", None, 11), ("L", None, 12), ("R", None, 13),
+            ("R", "d", 7),  # out-of-order data with null as latest
+            ("L", "D", 6), ("L", None, 2), ("R", None, 3), ("R", "e", 14), ("L", "E", 15),
+            ("L", None, 10),  # out-of-order data with non-null as latest
+            ("R", None, 9), ("L", "F", 4), ("R", "f", 3)]
+_N = None
+TT_EXPECTED = {
+    # TableTableJoinIntegrationTest#testInnerWithVersionedStores
+    ("inner", "both"): [_N, _N, _N, ("A-a", 4), ("B-a", 5), ("B-b", 6), (None, 7), _N, _N, ("C-c", 10), (None, 11), _N, _N, _N, _N, _N,
+                        _N, _N, ("E-e", 15), _N, _N, _N, _N],
+    # TableTableJoinIntegrationTest#testLeftWithVersionedStores
+    ("left", "both"): [_N, _N, ("A-null", 3), ("A-a", 4), ("B-a", 5), ("B-b", 6), (None, 7), _N, ("C-null", 9), ("C-c", 10),
+                       ("C-null", 11), (None, 12), _N, _N, _N, _N, _N, _N, ("E-e", 15), _N, _N, _N, _N],
+    # TableTableJoinIntegrationTest#testOuterWithVersionedStores
+    ("outer", "both"): [_N, _N, ("A-null", 3), ("A-a", 4), ("B-a", 5), ("B-b", 6), ("null-b", 7), (None, 8), ("C-null", 9), ("C-c", 10),
+                        ("C-null", 11), (None, 12), _N, _N, _N, _N, _N, ("null-e", 14), ("E-e", 15), _N, _N, _N, _N],
+    # TableTableJoinIntegrationTest#testLeftWithLeftVersionedOnly (caching disabled)
+    ("left", "left"): [_N, _N, ("A-null", 3), ("A-a", 4), ("B-a", 5), ("B-b", 6), (None, 7), _N, ("C-null", 9), ("C-c", 10),
+                       ("C-null", 11), (None, 12), _N, _N, _N, _N, _N, _N, ("E-e", 15), _N, ("E-null", 15), _N, ("E-f", 15)],
+    # TableTableJoinIntegrationTest#testOuterWithLeftVersionedOnly (caching disabled)
+    ("outer", "left"): [_N, _N, ("A-null", 3), ("A-a", 4), ("B-a", 5), ("B-b", 6), ("null-b", 7), (None, 8), ("C-null", 9), ("C-c", 10),
+                        ("C-null", 11), (None, 12), _N, ("null-d", 7), _N, _N, (None, 3), ("null-e", 14), ("E-e", 15), _N,
+                        ("E-null", 15), _N, ("E-f", 15)],
+    # TableTableJoinIntegrationTest#testLeftWithRightVersionedOnly (caching disabled)
+    ("left", "right"): [_N, _N, ("A-null", 3), ("A-a", 4), ("B-a", 5), ("B-b", 6), (None, 7), _N, ("C-null", 9), ("C-c", 10),
+                        ("C-null", 11), (None, 12), _N, _N, ("D-null", 6), (None, 2), _N, _N, ("E-e", 15), (None, 14), _N,
+                        ("F-e", 14), _N],
+}
+
+
+@pytest.mark.parametrize("kind,versioned", sorted(TT_EXPECTED))
+def test_versioned_table_table_join_with_out_of_order_updates_and_tombstones(kind: str, versioned: str) -> None:
+    # Kafka: TableTableJoinIntegrationTest#test{Inner,Left,Outer}With{Versioned,LeftVersionedOnly,
+    # RightVersionedOnly}Stores: out-of-order records of a versioned table (older than its
+    # latest version) are not joined; the result is materialized unversioned, caching off
+    LONG = Serdes.Long()
+    b = StreamsBuilder()
+
+    def table(topic: str, store: str, is_versioned: bool) -> Any:
+        m = Materialized.as_(store).with_key_serde(LONG).with_value_serde(STR).with_logging_disabled()
+        if is_versioned:
+            m = m.as_versioned(5 * 60_000)
+        return b.table(topic, Consumed.with_(LONG, STR), m)
+
+    left = table("inputTopicLeft", "left", versioned in ("both", "left"))
+    right = table("inputTopicRight", "right", versioned in ("both", "right"))
+    joiner = lambda v1, v2: f"{_s(v1)}-{_s(v2)}"  # noqa: E731
+    out_m = Materialized.as_("store").with_key_serde(LONG).with_value_serde(STR).with_caching_disabled().with_logging_disabled()
+    getattr(left, {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind])(right, joiner, out_m).to_stream().to(
+        "outputTopic", Produced.with_(LONG, STR))
+    with TopologyTestDriver(b.build()) as d:
+        ins = {"L": d.create_input_topic("inputTopicLeft", LONG, STR), "R": d.create_input_topic("inputTopicRight", LONG, STR)}
+        out = d.create_output_topic("outputTopic", LONG, STR)
+        got = []
+        for side, value, ts in TT_INPUT:
+            ins[side].pipe_input(0, value, ts)
+            rows = [(v, t) for _k, v, t in kvt(out)]
+            got.append(rows[0] if len(rows) == 1 else (None if not rows else rows))
+        assert got == TT_EXPECTED[(kind, versioned)]

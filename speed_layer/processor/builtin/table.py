@@ -16,7 +16,10 @@ class TableSourceProcessor(_Forwarding):
     are dropped. Without a record cache every update is forwarded (a delete of an absent
     key as ``Change(None, None)``, as Kafka's KTableSource); with one, updates go out on
     flush and such deletes are skipped. With a versioned store, an update older than the
-    key's latest version is stored but not forwarded (KIP-914)."""
+    key's latest version (a tombstone included) is stored but not forwarded, and one older
+    than the history retention is neither stored nor forwarded (KIP-914; Kafka forwards the
+    former flagged ``isLatest=false`` and every versioned-aware downstream operator drops
+    it)."""
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -33,9 +36,13 @@ class TableSourceProcessor(_Forwarding):
             self.forward(record.with_value(Change(record.value, None)))
             return
         if isinstance(self.store, VersionedKeyValueStore):
+            # Kafka's KTableSource over a versioned store: the put's return code says whether
+            # the record is the key's latest version -- a tombstone counts as a version, so an
+            # update older than a newer delete is not the latest -- or was not put at all
+            # (older than the history retention)
             latest = self.store.get(record.key)
-            self.store.put(record.key, record.value, record.timestamp)
-            if latest is not None and record.timestamp < latest.timestamp:
+            code = self.store.put(record.key, record.value, record.timestamp)
+            if code != VersionedKeyValueStore.PUT_RETURN_CODE_VALID_TO_UNDEFINED:
                 return
             self.forward(record.with_value(Change(record.value, None if latest is None else latest.value)))
             return
