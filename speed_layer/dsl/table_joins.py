@@ -237,7 +237,7 @@ def value_getter(table: "KTable") -> TableValueGetter:
     Raises:
         TopologyException: for a table that cannot be read by key (e.g. after suppress).
     """
-    from ..graph.ops import TableFilterOp, TableMapValuesOp
+    from ..graph.ops import SuppressOp, TableFilterOp, TableMapValuesOp
 
     kind = getattr(table, "_kind", "other")
     if kind == "source" or table._store is not None:
@@ -252,6 +252,10 @@ def value_getter(table: "KTable") -> TableValueGetter:
     if kind in ("filter", "map_values") and isinstance(op, (TableFilterOp, TableMapValuesOp)) and table._parent is not None:
         parent = value_getter(table._parent)
         return replace(parent, steps=parent.steps + (op,))
+    if kind == "suppress" and isinstance(op, SuppressOp) and table._parent is not None:
+        # Kafka's KTableSuppressProcessorSupplier#view: the buffer's prior value for a
+        # buffered key, the parent's value otherwise
+        return TableValueGetter(suppress=(op.store, value_getter(table._parent)))
     raise TopologyException(f"{table.node}: cannot look up a KTable produced by {type(op).__name__} in a join")
 
 

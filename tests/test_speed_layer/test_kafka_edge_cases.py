@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from speed_layer import (
-    JoinWindows, Materialized, Serdes, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, TimeWindows,
+    BufferConfig, JoinWindows, Materialized, Serdes, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, Suppressed, TimeWindows,
 )
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Produced
@@ -486,3 +486,43 @@ def test_versioned_table_table_join_with_out_of_order_updates_and_tombstones(kin
             rows = [(v, t) for _k, v, t in kvt(out)]
             got.append(rows[0] if len(rows) == 1 else (None if not rows else rows))
         assert got == TT_EXPECTED[(kind, versioned)]
+
+
+# ============================================================================ part 3: a suppressed table joined
+@pytest.mark.parametrize("suppressed_side", ["right", "left"])
+def test_suppressed_table_as_a_join_side(suppressed_side: str) -> None:
+    # Kafka: SuppressScenarioTest#shouldWorkBeforeJoinRight and #shouldWorkBeforeJoinLeft: the
+    # suppressed table's value getter gives the last value it EMITTED for a buffered key
+    # (the buffer's prior value) and looks through to its parent for the others
+    b = StreamsBuilder()
+    left = b.table("left", Consumed.with_(STR, STR))
+    right = b.table("right", Consumed.with_(STR, STR))
+    sup = Suppressed.until_time_limit(10, BufferConfig.unbounded())
+    if suppressed_side == "right":
+        right = right.suppress(sup)
+    else:
+        left = left.suppress(sup)
+    left.outer_join(right, lambda l, r: f"({_s(l)},{_s(r)})").to_stream().to("output", Produced.with_(STR, STR))
+    with TopologyTestDriver(b.build()) as d:
+        t_left, t_right = d.create_input_topic("left", STR, STR), d.create_input_topic("right", STR, STR)
+        sup_in, other_in = (t_right, t_left) if suppressed_side == "right" else (t_left, t_right)
+        out = d.create_output_topic("output", STR, STR)
+
+        def pair(s: str, o: str) -> str:  # (left,right) whichever side is suppressed
+            return f"({o},{s})" if suppressed_side == "right" else f"({s},{o})"
+
+        sup_in.pipe_input("B", "1", 0)
+        sup_in.pipe_input("A", "1", 0)
+        assert kvt(out) == []  # buffered
+        sup_in.pipe_input("tick", "tick", 10)
+        assert kvt(out) == [("A", pair("1", "null"), 0), ("B", pair("1", "null"), 0)]  # buffer flushed
+        sup_in.pipe_input("A", "2", 11)
+        assert kvt(out) == []  # buffered
+        other_in.pipe_input("A", "a", 12)
+        assert kvt(out) == [("A", pair("1", "a"), 12)]  # joins the previously emitted value
+        other_in.pipe_input("B", "b", 12)
+        assert kvt(out) == [("B", pair("1", "b"), 12)]  # B is no longer buffered: the parent's value
+        other_in.pipe_input("A", "b", 13)
+        assert kvt(out) == [("A", pair("1", "b"), 13)]
+        sup_in.pipe_input("tick", "tick1", 21)
+        assert kvt(out) == [("tick", pair("tick1", "null"), 21), ("A", pair("2", "b"), 13)]

@@ -55,11 +55,17 @@ class TableValueGetter:
     store: str | None = None
     steps: tuple[Any, ...] = ()
     join: tuple[str, Callable[[Any, Any], Any], "TableValueGetter", "TableValueGetter"] | None = None
+    #: ``(buffer_store, parent_getter)`` of a suppressed KTable (Kafka's
+    #: KTableSuppressProcessorSupplier#view)
+    suppress: tuple[str, "TableValueGetter"] | None = None
 
     def store_names(self) -> tuple[str, ...]:
         """Every store the getter reads (to connect to the processor using it)."""
         if self.store is not None:
             return (self.store,)
+        if self.suppress is not None:
+            parent = self.suppress[1].store_names()
+            return (self.suppress[0],) + tuple(s for s in parent if s != self.suppress[0])
         assert self.join is not None
         out = self.join[2].store_names()
         return out + tuple(s for s in self.join[3].store_names() if s not in out)
@@ -90,9 +96,14 @@ class BoundGetter:
         self.store = context.get_state_store(spec.store) if spec.store is not None else None
         self.left: BoundGetter | None = None
         self.right: BoundGetter | None = None
+        self.buffer: Any = None
+        self.parent: BoundGetter | None = None
         if spec.join is not None:
             self.left = BoundGetter(spec.join[2], context)
             self.right = BoundGetter(spec.join[3], context)
+        if spec.suppress is not None:
+            self.buffer = context.get_state_store(spec.suppress[0])
+            self.parent = BoundGetter(spec.suppress[1], context)
 
     @property
     def base_store(self) -> Any:
@@ -100,12 +111,30 @@ class BoundGetter:
         return self.store if not self.spec.steps else None
 
     def get(self, key: Any) -> ValueAndTimestamp | None:
-        vt = read_store(self.store, key) if self.store is not None else self._join(key)
+        if self.store is not None:
+            vt = read_store(self.store, key)
+        elif self.buffer is not None:
+            vt = self._suppressed(key)
+        else:
+            vt = self._join(key)
         for step in self.spec.steps:
             if vt is None or vt.value is None:
                 return None
             vt = _apply_step(step, key, vt)
         return None if vt is None or vt.value is None else vt
+
+    def _suppressed(self, key: Any) -> ValueAndTimestamp | None:
+        # Kafka's InMemoryTimeOrderedKeyValueChangeBuffer#priorValueForBuffered: a buffered
+        # key reads as the value last emitted for it (its prior value), with an unknown
+        # timestamp (-1); a key not buffered reads through to the parent table
+        from .suppress import buffer_sort_key
+
+        assert self.parent is not None
+        entry = self.buffer.get(buffer_sort_key(key))
+        if entry is not None:
+            prior = entry.get("prior")
+            return None if prior is None else ValueAndTimestamp(prior, -1)
+        return self.parent.get(key)
 
     def _join(self, key: Any) -> ValueAndTimestamp | None:
         # Kafka's KTableKTable{Inner,Left,Outer}JoinValueGetter
