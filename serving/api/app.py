@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from serving.api.times import ACCEPTED_TIME_FORMATS, ms_to_iso, parse_time_ms
+from serving.api.times import ACCEPTED_TIME_FORMATS, TIME_PATTERN, ms_to_iso, parse_time_ms
 from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
@@ -135,6 +136,20 @@ def _parse_value(text: str | None) -> Any:
         return text
 
 
+def _validation_message(exc: RequestValidationError) -> str:
+    """One readable line for FastAPI's validation errors (``{"detail": str}`` like every other
+    error of this API)."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("query", "path", "body")]
+        name = loc[-1] if loc else "request"
+        if name in ("from", "to"):
+            parts.append(f"invalid {name!r} value {err.get('input')!r}: expected {ACCEPTED_TIME_FORMATS}")
+        else:
+            parts.append(f"invalid {name!r}: {err.get('msg', 'invalid value')}")
+    return "; ".join(parts) or "invalid request"
+
+
 def _bound(text: str | None, name: str) -> int | None:
     return None if text is None or text == "" else parse_time_ms(text, name)
 
@@ -164,6 +179,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
     @app.exception_handler(UnknownKeyError)
     async def _unknown_key(_: Request, exc: UnknownKeyError) -> JSONResponse:
         return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": _validation_message(exc)})
 
     @app.exception_handler(InvalidTimeError)
     async def _bad_time(_: Request, exc: InvalidTimeError) -> JSONResponse:
@@ -209,8 +228,9 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
     def key_rows(
         view: str,
         key: str,
-        from_: str | None = Query(None, alias="from", description=f"lower bound: {ACCEPTED_TIME_FORMATS}"),
-        to: str | None = Query(None, description=f"upper bound: {ACCEPTED_TIME_FORMATS}"),
+        from_: str | None = Query(None, alias="from", pattern=TIME_PATTERN,
+                                  description=f"lower bound: {ACCEPTED_TIME_FORMATS}"),
+        to: str | None = Query(None, pattern=TIME_PATTERN, description=f"upper bound: {ACCEPTED_TIME_FORMATS}"),
     ) -> KeyRowsResponse:
         """Rows of ``key`` whose window overlaps ``[from, to]`` (ignored for tables)."""
         from_ms = _bound(from_, "from")

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from serving.errors import InvalidTimeError
 
-__all__ = ["ACCEPTED_TIME_FORMATS", "parse_time_ms", "ms_to_iso"]
+__all__ = ["ACCEPTED_TIME_FORMATS", "TIME_PATTERN", "parse_time_ms", "ms_to_iso"]
 
 ACCEPTED_TIME_FORMATS = (
     "ISO-8601 date or date-time, e.g. 2013-01-01, 2013-01-01T05:00, 2013-01-01T05:00:00Z or "
@@ -16,6 +16,16 @@ ACCEPTED_TIME_FORMATS = (
 )
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
+
+_YEAR = r"(?:000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})"
+_LEAP_YEAR = r"(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)"
+         rf"|02-(?:0[1-9]|1\d|2[0-8]))|{_LEAP_YEAR}-02-29)")
+_TIME = r"(?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d{1,6})?)?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)?"
+#: The time bounds the API accepts, as a regular expression (published in the OpenAPI
+#: schema and enforced before parsing): epoch ms within +-10^18, or an ISO-8601 calendar date,
+#: optionally with a time and an offset. Every string it matches parses.
+TIME_PATTERN = rf"^(?:[+-]?\d{{1,18}}|{_DATE}(?:[T ]{_TIME})?)$"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
