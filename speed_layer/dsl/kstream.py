@@ -245,6 +245,12 @@ class KStream:
     def _join_table(self, table: "KTable", kind: str, joiner: Callable[..., Any], joined: Joined | None = None, *, with_key: bool = False) -> "KStream":
         if kind == "outer":
             raise TopologyException("KStream-KTable outer join does not exist (Kafka: only join and leftJoin)")
+        if table.store is None:
+            raise TopologyException(
+                f"{table.node}: a KStream-KTable join reads the table's store; this KTable has none (duet reads only "
+                "materialized tables here: materialize it, e.g. with Materialized.as_ on the filter/mapValues, or join "
+                "the suppressed table in a KTable-KTable join)"
+            )
         j = joined or Joined()
         s = self._maybe_repartition(j.name or self.builder.topology.names.new("KSTREAM-JOIN"))
         topo = self.builder.topology
