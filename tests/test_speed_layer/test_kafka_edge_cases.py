@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from speed_layer import (
-    BufferConfig, JoinWindows, Materialized, Serdes, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, Suppressed, TimeWindows,
+    BufferConfig, JoinWindows, Materialized, Serdes, SessionWindows, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, Suppressed, TimeWindows,
 )
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Produced
@@ -526,3 +526,101 @@ def test_suppressed_table_as_a_join_side(suppressed_side: str) -> None:
         assert kvt(out) == [("A", pair("1", "b"), 13)]
         sup_in.pipe_input("tick", "tick1", 21)
         assert kvt(out) == [("tick", pair("tick1", "null"), 21), ("A", pair("2", "b"), 13)]
+
+
+# ============================================================================ part 3: session-window reduce
+_SESSION_ROWS = [("1", "1", 10), ("1", "2", 15), ("1", "3", 600), ("2", "1", 600), ("2", "2", 599)]  # processData
+
+
+def _session_reduce(materialized: Any = None) -> Any:
+    """Kafka's SessionWindowedKStreamImplTest: sessions with a 500 ms gap and no grace,
+    ``MockReducer.STRING_ADDER`` (``agg + "+" + value``)."""
+    b = StreamsBuilder()
+    table = (b.stream("topic", Consumed.with_(STR, STR)).group_by_key()
+             .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(500))
+             .reduce(lambda agg, v: f"{agg}+{v}", materialized))
+    table.to_stream().map(lambda k, v: (f"{k.key}@{k.window.start}/{k.window.end}", v)).to("out", Produced.with_(STR, STR))
+    return b.build()
+
+
+def test_session_reduce_forwards_merges_as_tombstones_then_the_merged_session() -> None:
+    # Kafka: SessionWindowedKStreamImplTest#shouldReduceWindowed (ON_WINDOW_UPDATE; the
+    # driver commits, so the cache flushes, after each record)
+    with TopologyTestDriver(_session_reduce()) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for k, v, ts in _SESSION_ROWS:
+            t.pipe_input(k, v, ts)
+        assert kvt(d.create_output_topic("out", STR, STR)) == [
+            ("1@10/10", "1", 10), ("1@10/10", None, 10), ("1@10/15", "1+2", 15), ("1@600/600", "3", 600),
+            ("2@600/600", "1", 600), ("2@600/600", None, 600), ("2@599/600", "1+2", 600)]
+
+
+@pytest.mark.parametrize("caching", [
+    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
+        "Kafka's CachingSessionStore keeps flushed (clean) entries in the ThreadCache and serves them "
+        "past the store's retention, so Kafka's cached store still shows 1@[10,15]; duet's cache holds "
+        "only dirty entries (speed_layer/state, not changed here)"))),
+    False,
+])
+def test_session_reduce_store_after_merges(caching: bool) -> None:
+    # Kafka: SessionWindowedKStreamImplTest#shouldMaterializeReduced (ON_WINDOW_UPDATE): the
+    # merged-away sessions (1@[10,10], 2@[600,600]) are gone, each merged session holds the
+    # reduced value. Retention is gap + grace = 500 ms: without a cache Kafka's segmented
+    # store no longer returns 1@[10,15] at stream time 600 (fetch from 600 - 500 + 1)
+    m = Materialized.as_("reduced").with_value_serde(STR)
+    m = m.with_caching_enabled() if caching else m.with_caching_disabled()
+    with TopologyTestDriver(_session_reduce(m)) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for k, v, ts in _SESSION_ROWS:
+            t.pipe_input(k, v, ts)
+        store = d.get_session_store("reduced")
+        got = [((w.key, w.window.start, w.window.end), v) for key in ("1", "2") for w, v in store.fetch(key)]
+        expected = [(("1", 600, 600), "3"), (("2", 599, 600), "1+2")]
+        assert got == ([(("1", 10, 15), "1+2")] + expected if caching else expected)
+
+
+@pytest.mark.parametrize("kind", ["reduce", "count"])
+@pytest.mark.parametrize("caching", [True, False])
+def test_session_store_holds_only_the_merged_session(kind: str, caching: bool) -> None:
+    # Kafka: KStreamSessionWindowAggregateProcessorTest#shouldRemoveMergedSessionsFromStateStore
+    # (gap 5 min; there a count-like aggregate, here also as reduce): after the merge the
+    # store holds a@[0,100] only
+    gap = 5 * 60 * 1000
+    b = StreamsBuilder()
+    m = Materialized.as_("session-store")
+    m = m.with_caching_enabled() if caching else m.with_caching_disabled()
+    w = b.stream("topic", Consumed.with_(STR, STR)).group_by_key().windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(gap))
+    (w.reduce(lambda agg, v: f"{agg}+{v}", m) if kind == "reduce" else w.count(m))
+    with TopologyTestDriver(b.build()) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        store = d.get_session_store("session-store")
+        t.pipe_input("a", "1", 0)
+        assert [((s.key, s.window.start, s.window.end), v) for s, v in store.find_sessions("a", 0, 0)] == [
+            (("a", 0, 0), "1" if kind == "reduce" else 1)]
+        t.pipe_input("a", "2", 100)
+        assert [((s.key, s.window.start, s.window.end), v) for s, v in store.find_sessions("a", 0, 100)] == [
+            (("a", 0, 100), "1+2" if kind == "reduce" else 2)]
+        assert [((s.key, s.window.start, s.window.end), v) for s, v in store.all()] == [(("a", 0, 100), "1+2" if kind == "reduce" else 2)]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_session_reduce_record_bridging_two_sessions(caching: bool) -> None:
+    # Kafka 4.x SessionWindowedKStreamImpl#reduce: initializer null, aggregator
+    # ``agg == null ? value : reducer(agg, value)``, merger ``aggregator(key, aggTwo, aggOne)``;
+    # KStreamSessionWindowAggregate merges the found sessions in store order, then adds the
+    # record: "1"@0 and "2"@1000 (gap 500) bridged by "3"@500 give one session [0, 1000]
+    # = "1+2+3", and the two merged sessions are removed from the store
+    b = StreamsBuilder()
+    m = Materialized.as_("reduced").with_value_serde(STR)
+    m = m.with_caching_enabled() if caching else m.with_caching_disabled()
+    table = (b.stream("topic", Consumed.with_(STR, STR)).group_by_key()
+             .windowed_by(SessionWindows.of_inactivity_gap_and_grace(500, 1000)).reduce(lambda agg, v: f"{agg}+{v}", m))
+    table.to_stream().map(lambda k, v: (f"{k.key}@{k.window.start}/{k.window.end}", v)).to("out", Produced.with_(STR, STR))
+    with TopologyTestDriver(b.build()) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for v, ts in [("1", 0), ("2", 1000), ("3", 500)]:
+            t.pipe_input("k", v, ts)
+        store = d.get_session_store("reduced")
+        assert [((s.window.start, s.window.end), v) for s, v in store.fetch("k")] == [((0, 1000), "1+2+3")]
+        assert kvt(d.create_output_topic("out", STR, STR))[-3:] == [("k@0/0", None, 0), ("k@1000/1000", None, 1000),
+                                                                     ("k@0/1000", "1+2+3", 1000)]
