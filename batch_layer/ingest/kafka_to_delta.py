@@ -83,6 +83,7 @@ def ingest_topic(
     max_records: int | None = None,
     writer: Literal["deltalake", "spark"] = "deltalake",
     idle_timeout_s: float = 30.0,
+    commit_bytes: int = _FLUSH_BYTES,
 ) -> IngestResult:
     """Append the records of ``topic`` not yet archived to ``<lake>/raw/<topic>``.
 
@@ -91,12 +92,16 @@ def ingest_topic(
     writes with delta-rs and does not need ``spark``; ``writer="spark"`` appends through
     ``spark``. Raises `BatchLayerError` if the topic does not exist or the broker stops
     answering for ``idle_timeout_s`` seconds (nothing of the run is committed then, except
-    earlier ~256 MiB chunks).
+    earlier chunks). ``commit_bytes`` (default 256 MiB): a Delta commit each time the buffered
+    keys and values reach this size; a run killed between two commits keeps the earlier ones
+    and the next run continues after them.
     """
     from confluent_kafka import Consumer
 
     if max_records is not None and max_records < 0:
         raise ValueError("max_records must be >= 0")
+    if commit_bytes <= 0:
+        raise ValueError(f"commit_bytes must be > 0, got {commit_bytes}")
     if writer == "spark" and spark is None:
         raise ValueError("writer='spark' needs a SparkSession")
     path = raw_table_path(lake, topic)
@@ -121,7 +126,7 @@ def ingest_topic(
             archived = _max_offsets(path)
             ranges = _plan(consumer, topic, partitions, archived)
             result = _consume_and_write(
-                consumer, spark, topic, path, ranges, max_records, writer, idle_timeout_s
+                consumer, spark, topic, path, ranges, max_records, writer, idle_timeout_s, commit_bytes
             )
     finally:
         consumer.close()
@@ -217,6 +222,7 @@ def _consume_and_write(
     max_records: int | None,
     writer: str,
     idle_timeout_s: float,
+    commit_bytes: int = _FLUSH_BYTES,
 ) -> IngestResult:
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -295,7 +301,7 @@ def _consume_and_write(
                 break
         if done:
             consumer.pause([TopicPartition(topic, p) for p in done])
-        if buffered_bytes >= _FLUSH_BYTES:
+        if buffered_bytes >= commit_bytes:
             flush()
     flush()
     if added == 0 and not table_exists(path):
