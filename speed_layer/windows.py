@@ -211,6 +211,8 @@ class SessionWindows:
 
     gap_ms: int
     grace_ms: int
+    #: set by ``SessionWindowedKStream.emit_strategy`` (see :class:`EmitStrategy`)
+    emit_strategy: EmitStrategy = ON_WINDOW_UPDATE
 
     @staticmethod
     def of_inactivity_gap_with_no_grace(gap: Duration) -> "SessionWindows":

@@ -192,6 +192,20 @@ class SessionWindowedKStream:
         self.grouped = grouped
         self.windows = windows
 
+    def emit_strategy(self, strategy: EmitStrategy) -> "SessionWindowedKStream":
+        """Choose when the session aggregation emits (KIP-825; Kafka's
+        ``SessionWindowedKStream#emitStrategy`` since 3.3). ``EmitStrategy.on_window_update()``
+        (default): every session update, merge tombstones included.
+        ``EmitStrategy.on_window_close()``: each session is forwarded once, as
+        ``Change(final aggregate, None)`` stamped with its end, when stream time passes
+        ``end + gap + grace``; merges are not forwarded; sessions are looked for at most
+        once per ``__emit.interval.ms.kstreams.windowed.aggregation__`` ms of wall-clock
+        time, in end, start, then key order. Returns this windowed stream."""
+        if not isinstance(strategy, EmitStrategy):
+            raise TypeError(f"emit_strategy takes an EmitStrategy, got {strategy!r}")
+        self.windows = replace(self.windows, emit_strategy=strategy)
+        return self
+
     def count(self, materialized: Materialized | None = None, named: Named | str | None = None) -> KTable:
         """Count per key and session (Kafka's KStreamSessionWindowAggregate): a record joins
         every session of its key within the inactivity gap (ms), merged sessions are

@@ -624,3 +624,91 @@ def test_session_reduce_record_bridging_two_sessions(caching: bool) -> None:
         assert [((s.window.start, s.window.end), v) for s, v in store.fetch("k")] == [((0, 1000), "1+2+3")]
         assert kvt(d.create_output_topic("out", STR, STR))[-3:] == [("k@0/0", None, 0), ("k@1000/1000", None, 1000),
                                                                      ("k@0/1000", "1+2+3", 1000)]
+
+
+# ============================================================================ part 3: KIP-825 for sessions
+def _session_agg(kind: str, strategy: str, caching: bool = True, store: str | None = None) -> Any:
+    """Kafka's SessionWindowedKStreamImplTest: gap 500 ms, no grace, the given strategy."""
+    b = StreamsBuilder()
+    m = Materialized.as_(store) if store else Materialized()
+    m = m.with_caching_enabled() if caching else m.with_caching_disabled()
+    w = (b.stream("topic", Consumed.with_(STR, STR)).group_by_key()
+         .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(500))
+         .emit_strategy(EmitStrategy.on_window_close() if strategy == "ON_WINDOW_CLOSE" else EmitStrategy.on_window_update()))
+    if kind == "count":
+        table = w.count(m)
+    elif kind == "reduce":
+        table = w.reduce(lambda agg, v: f"{agg}+{v}", m)
+    else:
+        table = w.aggregate(lambda: "0", tostring_adder, lambda k, a, b2: f"{a}+{b2}", m)
+    table.to_stream().map(lambda k, v: (f"{k.key}@{k.window.start}/{k.window.end}", v)).to("out")
+    return b.build()
+
+
+_SESSION_UPDATES = {
+    "count": [("1@10/10", 1, 10), ("1@10/10", None, 10), ("1@10/15", 2, 15), ("1@600/600", 1, 600), ("2@600/600", 1, 600),
+              ("2@600/600", None, 600), ("2@599/600", 2, 600)],
+    "reduce": [("1@10/10", "1", 10), ("1@10/10", None, 10), ("1@10/15", "1+2", 15), ("1@600/600", "3", 600),
+               ("2@600/600", "1", 600), ("2@600/600", None, 600), ("2@599/600", "1+2", 600)],
+    "aggregate": [("1@10/10", "0+1", 10), ("1@10/10", None, 10), ("1@10/15", "0+0+1+2", 15), ("1@600/600", "0+3", 600),
+                  ("2@600/600", "0+1", 600), ("2@600/600", None, 600), ("2@599/600", "0+0+1+2", 600)],
+}
+
+
+@pytest.mark.parametrize("strategy", ["ON_WINDOW_UPDATE", "ON_WINDOW_CLOSE"])
+@pytest.mark.parametrize("kind,caching", [("count", False), ("count", True), ("reduce", True), ("aggregate", True)])
+def test_session_emit_strategy(kind: str, caching: bool, strategy: str) -> None:
+    # Kafka: SessionWindowedKStreamImplTest#shouldCountSessionWindowedWithCachingDisabled,
+    # #shouldCountSessionWindowedWithCachingEnabled, #shouldReduceWindowed and
+    # #shouldAggregateSessionWindowed, both strategies
+    with TopologyTestDriver(_session_agg(kind, strategy, caching)) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for k, v, ts in _SESSION_ROWS:
+            t.pipe_input(k, v, ts)
+        got = kvt(d.create_output_topic("out", STR))
+    if strategy == "ON_WINDOW_CLOSE":
+        assert got == [_SESSION_UPDATES[kind][2]]  # only 1@[10,15] closes (at 600 - 500)
+    else:
+        assert got == _SESSION_UPDATES[kind]
+
+
+@pytest.mark.parametrize("strategy", ["ON_WINDOW_UPDATE", "ON_WINDOW_CLOSE"])
+def test_session_emit_strategy_store_contents(strategy: str) -> None:
+    # Kafka: SessionWindowedKStreamImplTest#shouldMaterializeCount, caching disabled (see
+    # test_session_reduce_store_after_merges for Kafka's cache serving expired sessions)
+    with TopologyTestDriver(_session_agg("count", strategy, caching=False, store="count-store")) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for k, v, ts in _SESSION_ROWS:
+            t.pipe_input(k, v, ts)
+        store = d.get_session_store("count-store")
+        got = [((w.key, w.window.start, w.window.end), v) for key in ("1", "2") for w, v in store.fetch(key)]
+        assert got == [(("1", 600, 600), 1), (("2", 599, 600), 2)]
+
+
+@pytest.mark.parametrize("strategy", ["ON_WINDOW_UPDATE", "ON_WINDOW_CLOSE"])
+def test_session_emit_final_of_multiple_sessions_and_merges(strategy: str) -> None:
+    # Kafka: KStreamSessionWindowAggregateProcessorTest#shouldHandleMultipleSessionsAndMerging
+    # (gap 5 min, count-like aggregate, caching on; the sessions of a, b, c at 0 and d's
+    # merged [0, gap/2] close and are emitted in end, start, key order)
+    gap = 5 * 60 * 1000
+    b = StreamsBuilder()
+    (b.stream("topic", Consumed.with_(STR, STR)).group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(gap))
+        .emit_strategy(EmitStrategy.on_window_close() if strategy == "ON_WINDOW_CLOSE" else EmitStrategy.on_window_update())
+        .aggregate(lambda: 0, lambda k, v, agg: agg + 1, lambda k, a, b2: a + b2, Materialized.as_("session-store").with_value_serde(Serdes.Long()))
+        .to_stream().map(lambda k, v: (f"{k.key}@{k.window.start}/{k.window.end}", v)).to("out"))
+    rows = [("a", 0), ("b", 0), ("c", 0), ("d", 0), ("d", gap // 2), ("a", gap + 1), ("b", gap + 1), ("a", gap + 1 + gap // 2),
+            ("c", gap + 1 + gap // 2)]
+    with TopologyTestDriver(b.build()) as d:
+        t = d.create_input_topic("topic", STR, STR)
+        for k, ts in rows:
+            t.pipe_input(k, "1", ts)
+        got = kvt(d.create_output_topic("out", STR))
+    closed = [("a@0/0", 1, 0), ("b@0/0", 1, 0), ("c@0/0", 1, 0), (f"d@0/{gap // 2}", 2, gap // 2)]
+    if strategy == "ON_WINDOW_CLOSE":
+        assert got == closed
+    else:  # the driver commits (flushing the cache) after each record
+        assert got == [("a@0/0", 1, 0), ("b@0/0", 1, 0), ("c@0/0", 1, 0), ("d@0/0", 1, 0), ("d@0/0", None, 0),
+                       (f"d@0/{gap // 2}", 2, gap // 2), (f"a@{gap + 1}/{gap + 1}", 1, gap + 1), (f"b@{gap + 1}/{gap + 1}", 1, gap + 1),
+                       (f"a@{gap + 1}/{gap + 1}", None, gap + 1), (f"a@{gap + 1}/{gap + 1 + gap // 2}", 2, gap + 1 + gap // 2),
+                       (f"c@{gap + 1 + gap // 2}/{gap + 1 + gap // 2}", 1, gap + 1 + gap // 2)]

@@ -20,9 +20,10 @@ KStreamWindowAggregate, KStreamSessionWindowAggregate):
   None), as Kafka's KStreamWindowAggregate forwards ``Change(newAgg, oldAgg)`` with
   ``oldAgg = initializer.apply()``; a caching store flushes None instead (nothing was
   stored);
-* time and sliding windows with ``EmitStrategy.on_window_close()`` (KIP-825) forward
-  nothing per update: closed windows are forwarded once, from the store (Kafka's
-  AbstractKStreamTimeWindowAggregateProcessor), see :class:`_EmitOnWindowClose`.
+* time, sliding and session windows with ``EmitStrategy.on_window_close()`` (KIP-825)
+  forward nothing per update: closed windows are forwarded once, from the store (Kafka's
+  AbstractKStreamTimeWindowAggregateProcessor and KStreamSessionWindowAggregate), see
+  :class:`_EmitOnWindowClose`.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class _EmitOnWindowClose(_Forwarding):
     (Kafka's time-ordered window store). Subclasses give the bounds."""
 
     windows: Any
-    store: WindowStore
+    store: Any  # a WindowStore, or a SessionStore for sessions
 
     def _init_emit(self, context: Any) -> None:
         strategy = getattr(self.windows, "emit_strategy", None)
@@ -212,7 +213,7 @@ class TimeWindowAggregateProcessor(_EmitOnWindowClose):
         self._maybe_forward_final(record, close_time)
 
 
-class SessionWindowAggregateProcessor(_Forwarding):
+class SessionWindowAggregateProcessor(_EmitOnWindowClose):
     """Session window aggregation into a session store (Kafka's
     KStreamSessionWindowAggregate): only null keys are dropped (null values reach the
     aggregator, as Kafka); merged sessions are removed and forwarded as tombstones, then
@@ -224,8 +225,8 @@ class SessionWindowAggregateProcessor(_Forwarding):
     def init(self, context: Any) -> None:
         super().init(context)
         self.store: SessionStore = context.get_state_store(self.op.store)
-        self._install_flush(self.store)
         self.windows: SessionWindows = self.op.windows
+        self._init_emit(context)
         self.initializer, self.aggregator = aggregate_functions(self.op)
         merger = self.op.merger
         if self.op.kind == "count":
@@ -253,14 +254,51 @@ class SessionWindowAggregateProcessor(_Forwarding):
             merged_window = Window(min(merged_window.start, session.window.start), max(merged_window.end, session.window.end))
         if merged_window.end < close_time:
             self.dropped("late: session closed", record, window=(self.op.store, record.key, merged_window.start))
+            self._maybe_forward_final_sessions(record, close_time)
             return
+        forward_updates = not self.caching and not self.emit_final
         if merged_window != new_window:
             for session, value in merged:
                 self.store.remove(session)
-                if not self.caching:
+                if forward_updates:
                     self.forward(Record(session, Change(None, value if self.send_old else None), session.window.end, record.headers))
         agg = record.value if agg is None else self.aggregator(record.key, record.value, agg)
         key = Windowed(record.key, merged_window)
         self.store.put(key, agg)
-        if not self.caching:
+        if forward_updates:
             self.forward(Record(key, Change(agg, None), merged_window.end, record.headers))
+        self._maybe_forward_final_sessions(record, close_time)
+
+    def _maybe_forward_final_sessions(self, record: Record[Any, Any], close_time: int) -> None:
+        """ON_WINDOW_CLOSE (Kafka's KStreamSessionWindowAggregate#maybeForwardFinalResult):
+        throttled as time windows; every session whose end is in ``[max(0, last close),
+        close - 1]`` is forwarded once as ``Change(aggregate, None)`` stamped with its end,
+        in end, start, then key order (Kafka's time-ordered session store)."""
+        if not self.emit_final:
+            return
+        now = self.context.current_system_time_ms()
+        if now < self.next_time_to_emit:
+            return
+        self.next_time_to_emit = now + self.emit_interval_ms
+        last = self.last_emit_window_close_time
+        if last != -1 and last >= close_time:
+            return
+        upper = close_time - 1
+        lower = max(0, last)
+        if upper < 0 or upper < lower:
+            return
+        store = self.store
+        # Kafka's time-ordered session store drops whole segments (at least 60 s each), so a
+        # session just closed is still there although its end is behind the retention: read
+        # without duet's per-record retention filter
+        saved = store.observed_stream_time
+        store.observed_stream_time = -1
+        try:
+            rows = [(s, v) for s, v in store.all() if lower <= s.window.end <= upper]
+        finally:
+            store.observed_stream_time = saved
+        ser = store.key_serde.serialize
+        rows.sort(key=lambda r: (r[0].window.end, r[0].window.start, ser(r[0].key) or b""))
+        for session, value in rows:
+            self.forward(Record(session, Change(value, None), session.window.end, record.headers))
+        self.last_emit_window_close_time = close_time
