@@ -211,9 +211,18 @@ class KTable:
 
         Raises:
             TopologyException: ``until_window_closes`` on a table that does not come from a
-            windowed aggregation.
+            windowed aggregation; on a versioned table or one derived from a versioned table
+            without a non-versioned materialization in between (Kafka: "suppress() is only
+            supported for non-versioned KTables").
         """
         topo = self.builder.topology
+        from ..errors import TopologyException
+        from ..processor.builtin.base import graph_versioned_upstream
+
+        # Kafka's InternalStreamsBuilder#enableVersionedSemantics (KIP-914)
+        if graph_versioned_upstream(topo, self.node, output=True):
+            raise TopologyException("suppress() is only supported for non-versioned KTables "
+                                    "(note that version semantics might be inherited from upstream)")
         name = self.builder._name(suppressed.name, "KTABLE-SUPPRESS")
         from ..graph.nodes import StoreSpec
 

@@ -39,10 +39,15 @@ class Record(NamedTuple):
 
 @dataclass(frozen=True)
 class Change(Generic[V]):
-    """A KTable update: the ``new`` value and the ``old`` one (None when unknown or absent)."""
+    """A KTable update: the ``new`` value and the ``old`` one (None when unknown or absent).
+    ``is_latest`` is False for an out-of-order update of a versioned table (older than the
+    key's latest version; Kafka's ``Change#isLatest``, KIP-914): it is forwarded, and the
+    operators with versioned semantics (table-table and foreign-key joins, ``group_by``)
+    skip it."""
 
     new: V | None
     old: V | None = None
+    is_latest: bool = True
 
 
 @dataclass(frozen=True)

@@ -734,3 +734,106 @@ def test_aggregation_of_a_versioned_table_ignores_out_of_order_updates_after_a_t
             t.pipe_input(k, v, ts)
         assert kvt(d.create_output_topic("out", STR, STR)) == [("1", "0+1", 10), ("1", "0+1-1", 15), ("2", "0+2", 20), ("2", "0+2-2", 23),
                                                                ("4", "0+4", 23)]
+
+
+# ============================================================================ part 3: KIP-914 is_latest
+class _Capture:
+    """A Processor-API processor recording ``(key, Change, timestamp)`` (Kafka's MockApiProcessor)."""
+
+    def __init__(self, sink: list[Any]) -> None:
+        self.sink = sink
+
+    def init(self, context: Any) -> None:
+        pass
+
+    def process(self, record: Any) -> None:
+        self.sink.append((record.key, record.value, record.timestamp))
+
+    def close(self) -> None:
+        pass
+
+
+def test_versioned_table_source_forwards_out_of_order_updates_flagged_not_latest() -> None:
+    # Kafka 4.x KTableSource#process over a versioned store: an update that is put but is
+    # not the latest version is forwarded as Change(value, latest value, isLatest=false)
+    # (KIP-914); one older than the history retention is not put and not forwarded.
+    # No Kafka test asserts the flag through the DSL; toStream() passes such updates on.
+    b = StreamsBuilder()
+    table = b.table("t", Consumed.with_(STR, STR), Materialized.as_("versioned").as_versioned(100))
+    table.to_stream().to("out", Produced.with_(STR, STR))
+    topology = b.build()
+    seen: list[Any] = []
+    topology.add_processor("capture", lambda: _Capture(seen), table.node)
+    with TopologyTestDriver(topology) as d:
+        t = d.create_input_topic("t", STR, STR)
+        for v, ts in [("a", 10), (None, 20), ("b", 15), ("c", 300), ("d", 100)]:
+            t.pipe_input("k", v, ts)
+        assert [(c.new, c.old, c.is_latest, ts) for _k, c, ts in seen] == [
+            ("a", None, True, 10), (None, "a", True, 20), ("b", None, False, 15), ("c", None, True, 300)]  # d@100 < 300 - 100
+        assert kvt(d.create_output_topic("out", STR, STR)) == [("k", "a", 10), ("k", None, 20), ("k", "b", 15), ("k", "c", 300)]
+
+
+@pytest.mark.parametrize("kind", ["inner", "left", "outer"])
+def test_versioned_table_table_join_counts_skipped_out_of_order_updates(kind: str) -> None:
+    # Kafka: KTableKTable{Inner,Left,Outer}Join#process "Skipping out-of-order record from
+    # versioned table" records droppedRecordsSensor; of TT_INPUT's last 10 records all but
+    # ("R", "e", 14) and ("L", "E", 15) are out of order for their (versioned) table
+    LONG = Serdes.Long()
+    b = StreamsBuilder()
+    m = lambda s: Materialized.as_(s).with_key_serde(LONG).with_value_serde(STR).as_versioned(5 * 60_000)  # noqa: E731
+    left = b.table("inputTopicLeft", Consumed.with_(LONG, STR), m("left"))
+    right = b.table("inputTopicRight", Consumed.with_(LONG, STR), m("right"))
+    getattr(left, {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind])(right, lambda v1, v2: f"{v1}-{v2}").to_stream().to(
+        "outputTopic", Produced.with_(LONG, STR))
+    with TopologyTestDriver(b.build()) as d:
+        ins = {"L": d.create_input_topic("inputTopicLeft", LONG, STR), "R": d.create_input_topic("inputTopicRight", LONG, STR)}
+        for side, value, ts in TT_INPUT:
+            ins[side].pipe_input(0, value, ts)
+        assert d.dropped_records() == 8
+
+
+def _filter_reject(upstream_versioned: bool, filter_versioned: bool) -> tuple[Any, Any, Any]:
+    b = StreamsBuilder()
+    m1 = Materialized.as_("versioned").as_versioned(5 * 60_000) if upstream_versioned else Materialized.as_("store")
+    table1 = b.table("topic1", Consumed.with_(STR, STR), m1)
+    pred = lambda k, v: v.lower() == "accept"  # noqa: E731
+    table2 = table1.filter(pred, materialized=Materialized.as_("fv").as_versioned(5 * 60_000)) if filter_versioned else table1.filter(pred)
+    table2.group_by(lambda k, v: (k, v)).reduce(lambda a, v: f"{a}+{v}", lambda a, v: f"{a}-{v}")
+    return b, table1, table2
+
+
+@pytest.mark.parametrize("upstream_versioned,filter_versioned,skip", [
+    (False, False, True),  # Kafka: KTableFilterTest#shouldSkipNullToRepartitionWithoutMaterialization
+    (True, False, False),  # Kafka: KTableFilterTest#shouldNotSkipNullIfVersionedUpstream
+    (False, True, True),  # Kafka: KTableFilterTest#shouldSkipNullIfVersionedDownstream
+])
+def test_filter_skips_repeated_tombstones_unless_the_input_table_is_versioned(upstream_versioned: bool, filter_versioned: bool,
+                                                                              skip: bool) -> None:
+    # Kafka: KTableFilterTest#doTestSkipNullOnMaterialization: a downstream group_by makes the
+    # filter send old values; a rejected value whose old value was rejected too is skipped,
+    # except when the filter's input table is versioned (KIP-914)
+    b, table1, table2 = _filter_reject(upstream_versioned, filter_versioned)
+    topology = b.build()
+    seen1: list[Any] = []
+    seen2: list[Any] = []
+    topology.add_processor("proc1", lambda: _Capture(seen1), table1.node)
+    topology.add_processor("proc2", lambda: _Capture(seen2), table2.node)
+    with TopologyTestDriver(topology) as d:
+        t = d.create_input_topic("topic1", STR, STR)
+        for k, ts in [("A", 5), ("B", 10), ("C", 20)]:
+            t.pipe_input(k, "reject", ts)
+    assert [(k, c.new, c.old, ts) for k, c, ts in seen1] == [("A", "reject", None, 5), ("B", "reject", None, 10), ("C", "reject", None, 20)]
+    assert [(k, c.new, c.old, ts) for k, c, ts in seen2] == ([] if skip else [("A", None, None, 5), ("B", None, None, 10), ("C", None, None, 20)])
+
+
+def test_suppress_of_a_versioned_table_is_refused() -> None:
+    # Kafka 4.x InternalStreamsBuilder#enableVersionedSemantics: "suppress() is only supported
+    # for non-versioned KTables (note that version semantics might be inherited from upstream)"
+    from speed_layer import TopologyException
+
+    b = StreamsBuilder()
+    table = b.table("t", Consumed.with_(STR, STR), Materialized.as_("v").as_versioned(1000))
+    with pytest.raises(TopologyException, match="only supported for non-versioned KTables"):
+        table.filter(lambda k, v: True).suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    # a non-versioned materialization in between ends the versioned semantics
+    table.filter(lambda k, v: True, materialized=Materialized.as_("plain")).suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))

@@ -31,3 +31,37 @@ class OpProcessor(Processor[Any, Any]):
         else:
             self.context.record_dropped(self.node.name, reason, window=window)  # type: ignore[attr-defined]
         log.debug("%s dropped record key=%r ts=%d: %s", self.node.name, record.key, record.timestamp, reason)
+
+
+def versioned_upstream(context: ProcessorContext, node: GraphNode) -> bool:
+    """Whether the table records ``node`` receives come from a versioned table (Kafka's
+    ``InternalStreamsBuilder#isVersionedUpstream``, KIP-914): every parent's output is
+    versioned. A node that materializes its output (a table source, a materialized filter or
+    mapValues, a materialized join, an aggregation) is versioned iff its store is; any
+    other node inherits from its parents; a node without parents is not versioned."""
+    topology = getattr(getattr(context, "_task", None), "topology", None)
+    return False if topology is None else graph_versioned_upstream(topology, node.name)
+
+
+def graph_versioned_upstream(topology: Any, name: str, *, output: bool = False) -> bool:
+    """:func:`versioned_upstream` for the node ``name`` of ``topology`` (with ``output``:
+    whether the node's own output is versioned, Kafka's ``isVersionedOrVersionedUpstream``)."""
+    memo: dict[str, bool] = {}
+
+    def output_versioned(name: str) -> bool:
+        if name not in memo:
+            memo[name] = False  # guards against cycles
+            n = topology.nodes[name]
+            store = getattr(n.op, "store", None) if type(n.op).__name__ != "SuppressOp" else None
+            if isinstance(store, str):
+                spec = topology.stores.get(store)
+                memo[name] = spec is not None and spec.kind == "versioned"
+            else:
+                memo[name] = inputs_versioned(name)
+        return memo[name]
+
+    def inputs_versioned(name: str) -> bool:
+        parents = topology.nodes[name].parents
+        return bool(parents) and all(output_versioned(p) for p in parents)
+
+    return output_versioned(name) if output else inputs_versioned(name)

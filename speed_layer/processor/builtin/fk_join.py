@@ -134,6 +134,11 @@ class SubscriptionSendProcessor(OpProcessor):
 
     def process(self, record: Record[Any, Any]) -> None:
         change: Change[Any] = record.value
+        if not change.is_latest:
+            # Kafka's SubscriptionSendProcessorSupplier: out-of-order versioned updates are
+            # dropped (KIP-914)
+            self.dropped("out-of-order versioned table update", record)
+            return
         self._hash: bytes | None = value_hash(change.new, self.serde)
         old_fk = self._fk(record.key, change.old)
         if self.op.left:
@@ -249,8 +254,13 @@ class ForeignTableJoinProcessor(OpProcessor):
         if record.key is None:
             self.dropped("null key", record)
             return
-        prefix = _combined_prefix(self.fk_serde.serialize(record.key) or b"")
         change: Change[Any] = record.value
+        if not change.is_latest:
+            # Kafka's ForeignTableJoinProcessorSupplier: out-of-order versioned updates are
+            # dropped (KIP-914)
+            self.dropped("out-of-order versioned table update", record)
+            return
+        prefix = _combined_prefix(self.fk_serde.serialize(record.key) or b"")
         for ck, wrapper in list(self.store.range(prefix, None)):
             if not ck.startswith(prefix):
                 break

@@ -349,7 +349,8 @@ class TableTableJoinProcessor(OpProcessor):
       each of new/old is joined unless it and ``v2`` are both None.
 
     The result's timestamp is ``max(record, v2)`` (the record's when ``v2`` is absent).
-    Null keys are dropped (``dropped-records``)."""
+    Null keys and out-of-order updates of a versioned table (``Change.is_latest`` False,
+    KIP-914) are dropped (``dropped-records``)."""
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -363,6 +364,10 @@ class TableTableJoinProcessor(OpProcessor):
             self.dropped("null key", record)
             return
         change: Change[Any] = record.value
+        if not change.is_latest:
+            # Kafka's KTableKTable*Join: "Skipping out-of-order record from versioned table"
+            self.dropped("out-of-order versioned table update", record)
+            return
         vt2 = self.getter.get(record.key)
         v2 = None if vt2 is None else vt2.value
         kind = self.op.kind

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import Change, Record
-from .base import OpProcessor
+from .base import OpProcessor, versioned_upstream
 
 
 class SourceProcessor(OpProcessor):
@@ -103,11 +103,32 @@ class _MaterializedTable(OpProcessor):
             self.store.flush_listener = on_flush
 
     def _emit(self, record: Record[Any, Any], new: Any, old: Any) -> None:
+        """Kafka's KTableFilter/KTableMapValues: materialized, the store's put decides
+        ``is_latest`` (a versioned store: whether the put version is the latest; not put:
+        nothing forwarded; any other store: latest); else the input's flag passes on."""
+        is_latest = getattr(record.value, "is_latest", True)
         if self.store is not None:
-            self.store.put(record.key, new, record.timestamp)
+            from ...state.stores import VersionedKeyValueStore
+
+            code = self.store.put(record.key, new, record.timestamp)
+            if isinstance(self.store, VersionedKeyValueStore):
+                if code == VersionedKeyValueStore.PUT_RETURN_CODE_NOT_PUT:
+                    return
+                is_latest = code == VersionedKeyValueStore.PUT_RETURN_CODE_VALID_TO_UNDEFINED
+            else:
+                is_latest = True
             if self.caching:
                 return
-        self.forward(record.with_value(Change(new, old)))
+        self.forward(record.with_value(Change(new, old, is_latest)))
+
+    def _stored_value(self, key: Any) -> Any:
+        """The current value of ``key`` in the own store (the latest version when versioned)."""
+        from ...state.stores import VersionedKeyValueStore
+
+        if isinstance(self.store, VersionedKeyValueStore):
+            vr = self.store.get(key)
+            return None if vr is None else vr.value
+        return self.store.get(key)
 
 
 class TableFilterProcessor(_MaterializedTable):
@@ -128,12 +149,19 @@ class TableFilterProcessor(_MaterializedTable):
         if not send_old:
             old = None
         elif self.store is not None:
-            old = self.store.get(record.key)
+            old = self._stored_value(record.key)
         else:
             old = self._keep(record.key, change.old)
-        if send_old and new is None and old is None:
+        # Kafka's KTableFilter skips a change that stays absent, except with versioned
+        # semantics (the input table is versioned, KIP-914: shouldNotSkipNullIfVersionedUpstream)
+        if send_old and new is None and old is None and not self._versioned_input():
             return
         self._emit(record, new, old)
+
+    def _versioned_input(self) -> bool:
+        if not hasattr(self, "_versioned"):
+            self._versioned = versioned_upstream(self.context, self.node)
+        return self._versioned
 
 
 class TableMapValuesProcessor(_MaterializedTable):
@@ -147,7 +175,7 @@ class TableMapValuesProcessor(_MaterializedTable):
 
     def process(self, record: Record[Any, Any]) -> None:
         change: Change[Any] = record.value
-        old = self.store.get(record.key) if self.store is not None else self._map(record.key, change.old)
+        old = self._stored_value(record.key) if self.store is not None else self._map(record.key, change.old)
         self._emit(record, self._map(record.key, change.new), old)
 
 

@@ -15,11 +15,11 @@ class TableSourceProcessor(_Forwarding):
     """Materializes the latest value per key and forwards ``Change(new, old)``; null keys
     are dropped. Without a record cache every update is forwarded (a delete of an absent
     key as ``Change(None, None)``, as Kafka's KTableSource); with one, updates go out on
-    flush and such deletes are skipped. With a versioned store, an update older than the
-    key's latest version (a tombstone included) is stored but not forwarded, and one older
-    than the history retention is neither stored nor forwarded (KIP-914; Kafka forwards the
-    former flagged ``isLatest=false`` and every versioned-aware downstream operator drops
-    it)."""
+    flush and such deletes are skipped. With a versioned store (KIP-914, as Kafka's
+    KTableSource), an update older than the key's latest version (a tombstone included) is
+    stored and forwarded flagged ``Change.is_latest=False`` (its old value is the latest
+    value), which versioned-semantics operators downstream skip; one older than the history
+    retention is neither stored nor forwarded."""
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -42,9 +42,10 @@ class TableSourceProcessor(_Forwarding):
             # (older than the history retention)
             latest = self.store.get(record.key)
             code = self.store.put(record.key, record.value, record.timestamp)
-            if code != VersionedKeyValueStore.PUT_RETURN_CODE_VALID_TO_UNDEFINED:
+            if code == VersionedKeyValueStore.PUT_RETURN_CODE_NOT_PUT:
                 return
-            self.forward(record.with_value(Change(record.value, None if latest is None else latest.value)))
+            is_latest = code == VersionedKeyValueStore.PUT_RETURN_CODE_VALID_TO_UNDEFINED
+            self.forward(record.with_value(Change(record.value, None if latest is None else latest.value, is_latest)))
             return
         old: ValueAndTimestamp | None = self.store.get_with_timestamp(record.key)
         self.store.put(record.key, record.value, record.timestamp)

@@ -41,6 +41,10 @@ class TableSelectProcessor(OpProcessor):
         if record.key is None:
             raise StreamsException("Record key for the grouping KTable should not be null.")
         change: Change[Any] = record.value
+        if not change.is_latest:
+            # Kafka's KTableRepartitionMap: an out-of-order update of a versioned table is
+            # not aggregated (KIP-914), nor sent through the repartition topic
+            return
         new_pair = self._pair(record.key, change.new)
         old_pair = self._pair(record.key, change.old)
         if new_pair is not None and old_pair is not None and old_pair[0] == new_pair[0]:
