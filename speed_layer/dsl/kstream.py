@@ -245,17 +245,17 @@ class KStream:
     def _join_table(self, table: "KTable", kind: str, joiner: Callable[..., Any], joined: Joined | None = None, *, with_key: bool = False) -> "KStream":
         if kind == "outer":
             raise TopologyException("KStream-KTable outer join does not exist (Kafka: only join and leftJoin)")
-        if table.store is None:
-            raise TopologyException(
-                f"{table.node}: a KStream-KTable join reads the table's store; this KTable has none (duet reads only "
-                "materialized tables here: materialize it, e.g. with Materialized.as_ on the filter/mapValues, or join "
-                "the suppressed table in a KTable-KTable join)"
-            )
+        from .table_joins import value_getter
+
+        # Kafka's KStreamImpl#doStreamTableJoin reads ``table.valueGetterSupplier()``: the
+        # table's store, or (a suppressed table, an unmaterialized filter/mapValues) a view
+        # over its parent's store; the processor rebuilds that view from the graph
+        stores = (table.store,) if table.store is not None else value_getter(table).store_names()
         j = joined or Joined()
         s = self._maybe_repartition(j.name or self.builder.topology.names.new("KSTREAM-JOIN"))
         topo = self.builder.topology
         name = self.builder._name(j.name, "KSTREAM-JOIN" if kind == "inner" else "KSTREAM-LEFTJOIN")
-        topo.add_node(name, StreamTableJoinOp(table.store, joiner, kind == "left", table_node=table.node, joiner_with_key=with_key, grace_ms=j.grace_ms), (s.node,), (table.store,))
+        topo.add_node(name, StreamTableJoinOp(stores[0], joiner, kind == "left", table_node=table.node, joiner_with_key=with_key, grace_ms=j.grace_ms), (s.node,), stores)
         topo.copartition_groups.append(frozenset(s.source_topics + table.source_topics))
         return KStream(self.builder, name, s.source_topics)
 

@@ -837,3 +837,41 @@ def test_suppress_of_a_versioned_table_is_refused() -> None:
         table.filter(lambda k, v: True).suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
     # a non-versioned materialization in between ends the versioned semantics
     table.filter(lambda k, v: True, materialized=Materialized.as_("plain")).suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+
+
+def test_suppressed_table_as_the_table_side_of_a_stream_table_join() -> None:
+    # SuppressScenarioTest#shouldWorkBeforeJoinRight's sequence with a KStream on the left:
+    # Kafka's KStreamImpl#doStreamTableJoin looks the table up through its
+    # valueGetterSupplier, for a suppressed table KTableSuppressProcessorSupplier#view (the
+    # buffered key's prior value, else the parent table). Table updates emit nothing.
+    b = StreamsBuilder()
+    right = b.table("right", Consumed.with_(STR, STR)).suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    b.stream("left", Consumed.with_(STR, STR)).left_join(right, lambda l, r: f"({_s(l)},{_s(r)})").to("output", Produced.with_(STR, STR))
+    with TopologyTestDriver(b.build()) as d:
+        t_left, t_right = d.create_input_topic("left", STR, STR), d.create_input_topic("right", STR, STR)
+        out = d.create_output_topic("output", STR, STR)
+        t_right.pipe_input("B", "1", 0)
+        t_right.pipe_input("A", "1", 0)
+        t_left.pipe_input("A", "early", 1)  # A is buffered and was never emitted: no prior value
+        t_right.pipe_input("tick", "tick", 10)  # flushes A and B
+        t_right.pipe_input("A", "2", 11)  # buffered
+        t_left.pipe_input("A", "a", 12)  # the previously emitted right value
+        t_left.pipe_input("B", "b", 12)  # B is no longer buffered: the parent's value
+        t_left.pipe_input("C", "c", 14)  # absent
+        t_right.pipe_input("tick", "tick1", 21)  # flushes A = 2
+        t_left.pipe_input("A", "d", 22)
+        assert kvt(out) == [("A", "(early,null)", 1), ("A", "(a,1)", 12), ("B", "(b,1)", 12), ("C", "(c,null)", 14), ("A", "(d,2)", 22)]
+
+
+def test_unmaterialized_filtered_table_as_the_table_side_of_a_stream_table_join() -> None:
+    # Kafka's KTableFilter#view: the parent's value, filtered (a rejected value reads as absent)
+    b = StreamsBuilder()
+    table = b.table("t", Consumed.with_(STR, STR)).filter(lambda k, v: v != "x")
+    b.stream("s", Consumed.with_(STR, STR)).left_join(table, lambda l, r: f"{l}|{_s(r)}").to("o", Produced.with_(STR, STR))
+    with TopologyTestDriver(b.build()) as d:
+        ti, si = d.create_input_topic("t", STR, STR), d.create_input_topic("s", STR, STR)
+        ti.pipe_input("k", "1", 0)
+        si.pipe_input("k", "v", 1)
+        ti.pipe_input("k", "x", 5)
+        si.pipe_input("k", "w", 6)
+        assert kvt(d.create_output_topic("o", STR, STR)) == [("k", "v|1", 1), ("k", "w|null", 6)]

@@ -71,6 +71,32 @@ class TableValueGetter:
         return out + tuple(s for s in self.join[3].store_names() if s not in out)
 
 
+def getter_from_graph(topology: Any, name: str) -> TableValueGetter:
+    """The ``TableValueGetter`` of the KTable node ``name`` read from the graph alone (for a
+    stream-table join whose table has no store of its own): a node materialized in a store
+    reads it; an unmaterialized filter/mapValues is its parent's getter plus the step; a
+    suppression is the buffer's view over its parent (Kafka's
+    KTableSuppressProcessorSupplier#view).
+
+    Raises:
+        TopologyException: for a node that cannot be read by key.
+    """
+    from ...errors import TopologyException
+    from ...graph.ops import SuppressOp, TableFilterOp, TableMapValuesOp
+
+    node = topology.nodes[name]
+    op = node.op
+    if isinstance(op, SuppressOp):
+        return TableValueGetter(suppress=(op.store, getter_from_graph(topology, node.parents[0])))
+    store = getattr(op, "store", None)
+    if isinstance(store, str):
+        return TableValueGetter(store=store)
+    if isinstance(op, (TableFilterOp, TableMapValuesOp)) and node.parents:
+        parent = getter_from_graph(topology, node.parents[0])
+        return TableValueGetter(store=parent.store, steps=parent.steps + (op,), join=parent.join, suppress=parent.suppress)
+    raise TopologyException(f"{name}: cannot look up a KTable produced by {type(op).__name__} in a join")
+
+
 def read_store(store: Any, key: Any) -> ValueAndTimestamp | None:
     """The current value of ``key`` in any table store (latest version of a versioned
     store; ``Windowed`` keys for window and session stores)."""

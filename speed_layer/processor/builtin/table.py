@@ -75,6 +75,19 @@ class StreamTableJoinProcessor(OpProcessor):
     def init(self, context: Any) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.table_store)
+        self.getter: Any = None
+        topology = getattr(getattr(context, "_task", None), "topology", None)
+        table_node = self.op.table_node
+        if not self.op.global_table and topology is not None and table_node in getattr(topology, "nodes", {}):
+            from ...graph.ops import SuppressOp
+
+            table_op = topology.nodes[table_node].op
+            if isinstance(table_op, SuppressOp) or getattr(table_op, "store", None) != self.op.table_store:
+                # the table has no store of its own (a suppressed table, an unmaterialized
+                # filter/mapValues): read it through its value getter, as Kafka does
+                from .joins import BoundGetter, getter_from_graph
+
+                self.getter = BoundGetter(getter_from_graph(topology, table_node), context)
         self.grace_ms: int | None = self.op.grace_ms
         self._buffer: list[tuple[int, bytes, int, Record[Any, Any]]] = []
         self._buffer_time = -1
@@ -112,7 +125,10 @@ class StreamTableJoinProcessor(OpProcessor):
 
     def _join(self, record: Record[Any, Any], lookup_key: Any) -> None:
         other = None
-        if lookup_key is not None:
+        if lookup_key is not None and self.getter is not None:
+            vt = self.getter.get(lookup_key)
+            other = None if vt is None else vt.value
+        elif lookup_key is not None:
             if isinstance(self.store, VersionedKeyValueStore):
                 vr = self.store.get(lookup_key, record.timestamp)
                 other = None if vr is None else vr.value
