@@ -875,3 +875,23 @@ def test_unmaterialized_filtered_table_as_the_table_side_of_a_stream_table_join(
         ti.pipe_input("k", "x", 5)
         si.pipe_input("k", "w", 6)
         assert kvt(d.create_output_topic("o", STR, STR)) == [("k", "v|1", 1), ("k", "w|null", 6)]
+
+
+@pytest.mark.parametrize("join", ["left", "outer", "inner"])
+def test_null_keys_after_a_key_change_reach_a_left_or_outer_join_through_its_repartition(join: str) -> None:
+    # Kafka: KStreamImplJoin labels left/outer joins NULL_KEY_RELAXED_JOIN, so the
+    # repartitionForJoin topic created after select_key keeps the null-key records
+    # (InternalStreamsBuilder#rewriteRepartitionNodes); an inner join's repartition drops them
+    b = StreamsBuilder()
+    left = b.stream("left", Consumed.with_(STR, STR)).select_key(lambda k, v: None if v.startswith("n") else k)
+    right = b.stream("right", Consumed.with_(STR, STR))
+    joiner = lambda lv, rv: f"{_s(lv)}|{_s(rv)}"  # noqa: E731
+    w = JoinWindows.of_time_difference_with_no_grace(10)
+    {"left": left.left_join, "outer": left.outer_join, "inner": left.join}[join](right, joiner, w).to("out", Produced.with_(STR, STR))
+    with TopologyTestDriver(b.build()) as d:
+        d.create_input_topic("right", STR, STR).pipe_input("k", "r", 1)
+        lin = d.create_input_topic("left", STR, STR)
+        lin.pipe_input("k", "nothing", 2)  # key mapped to null
+        lin.pipe_input("k", "v", 3)
+        got = kvt(d.create_output_topic("out", STR, STR))
+    assert got == ([(None, "nothing|null", 2), ("k", "v|r", 3)] if join != "inner" else [("k", "v|r", 3)])
