@@ -452,11 +452,18 @@ class KafkaStreams:
         False on timeout or if the client stops or fails meanwhile.
 
         After True, every output of those records was flushed (at-least-once) or
-        committed (exactly-once) and the local stores reflect them.
+        committed (exactly-once) and the local stores reflect them. It first waits for the
+        client to be RUNNING (every thread assigned its tasks and their stores restored): after
+        a restart the committed offsets are already at the end while the stores are not yet
+        loaded.
         """
         if self.plan is None:
             return False
         deadline = time.monotonic() + timeout_s
+        while self._state != "RUNNING":
+            if self._state not in ("CREATED", "REBALANCING") or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
         # high watermarks, not last stable offsets: right after a transaction commits its
         # markers may not be written yet, and the LSO would still hide its records
         probe = Consumer({"bootstrap.servers": self.config.bootstrap_servers, "group.id": self.config.application_id,
