@@ -1,5 +1,6 @@
 """Kafka 4.x edge cases (issue 9, parts 2 and 3), each ported as data from a test of
-Apache Kafka's own suite (the Kafka test class and method are cited on each test).
+Apache Kafka's own suite (the Kafka test class and method are cited on each test; where
+no Kafka test asserts a behaviour, the Kafka class and method it follows are cited).
 
 Kafka's ``MockValueJoiner.TOSTRING_JOINER`` is ``lambda a, b: f"{a}+{b}"`` with Java's
 ``"null"`` for None; ``MockInitializer.STRING_INIT`` is ``"0"`` and
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 from speed_layer import (
-    BufferConfig, JoinWindows, Materialized, Serdes, SessionWindows, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig, Suppressed, TimeWindows,
+    BufferConfig, JoinWindows, Materialized, Serdes, SessionWindows, SlidingWindows, StreamJoined, StreamsBuilder, StreamsConfig,
+    Suppressed, TimeWindows,
 )
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Grouped, Produced
