@@ -283,6 +283,16 @@ def test_sliding_emit_final_no_grace_small_input(cache: bool) -> None:
     assert got == {50: {("0+1", 100)}, 55: {("0+1+2", 105)}, 56: {("0+1+2+3+4", 106)}}
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_sliding_emit_final_early_records(cache: bool) -> None:
+    # Kafka: KStreamSlidingWindowAggregateTest#testEarlyRecordsSmallInput, ON_WINDOW_CLOSE
+    # (difference 50, grace 0; the last record at 70 closes every window)
+    got = _sliding_final(SlidingWindows.of_time_difference_and_grace(50, 0), cache,
+                         [("1", 0), ("2", 5), ("3", 6), ("4", 3), ("5", 13), ("6", 10), ("7", 70)])
+    assert got == {0: {("0+1+2+3+4+5+6", 13)}, 1: {("0+2+3+4+5+6", 13)}, 4: {("0+2+3+5+6", 13)}, 6: {("0+3+5+6", 13)},
+                   7: {("0+5+6", 13)}, 11: {("0+5", 13)}}
+
+
 # ============================================================================ part 3: old value of a new window
 def _windowed_then_regrouped(kind: str) -> Any:
     """A windowed aggregation (caching off) re-grouped by key: ``group_by`` makes the
