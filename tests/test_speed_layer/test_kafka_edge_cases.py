@@ -392,15 +392,34 @@ def test_null_keys_pass_every_repartition_upstream_of_a_relaxed_join_only() -> N
         assert d.create_output_topic("plain", STR, STR).read_key_values_to_list() == []
 
 
-def _global_left_join() -> Any:
-    """Kafka's KStreamGlobalKTableLeftJoinTest topology: the stream value ``X<i>,FKey<i>``
+def _global_left_join(inner: bool = False) -> Any:
+    """Kafka's KStreamGlobalKTable(Left)JoinTest topology: the stream value ``X<i>,FKey<i>``
     names the global table key after the comma (none: the key mapper returns null)."""
     b = StreamsBuilder()
     table = b.global_table("globalTopic", Consumed.with_(STR, STR))
     # (None-safe: Kafka calls the key mapper before dropping a null value, as duet does)
     mapper = lambda k, v: v.split(",")[1] if v is not None and len(v.split(",")) > 1 else None  # noqa: E731
-    b.stream("streamTopic", Consumed.with_(INT, STR)).left_join(table, mapper, tostring_joiner).to("out", Produced.with_(INT, STR))
+    s = b.stream("streamTopic", Consumed.with_(INT, STR))
+    (s.join if inner else s.left_join)(table, mapper, tostring_joiner).to("out", Produced.with_(INT, STR))
     return b.build()
+
+
+def test_global_inner_join_with_null_keys_and_null_foreign_keys() -> None:
+    # Kafka: KStreamGlobalKTableJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues (a null
+    # stream key with a foreign key joins, KAFKA-10277) and #shouldNotJoinOnNullKeyMapperValues
+    # (an inner join drops a null foreign key)
+    with TopologyTestDriver(_global_left_join(inner=True)) as d:
+        g, s = d.create_input_topic("globalTopic", STR, STR), d.create_input_topic("streamTopic", INT, STR)
+        out = d.create_output_topic("out", INT, STR)
+        for i in range(2):
+            g.pipe_input(f"FKey{i}", f"Y{i}", i)
+        for i in range(4):
+            s.pipe_input(None if i == 0 else i, f"X{i},FKey{i}", i)
+        assert kvt(out) == [(None, "X0,FKey0+Y0", 0), (1, "X1,FKey1+Y1", 1)]
+        for i in range(4):
+            s.pipe_input(i, f"XXX{i}", 4 + i)
+        assert kvt(out) == []
+        assert d.dropped_records() == 4
 
 
 def test_global_left_join_with_a_null_key_and_a_foreign_key_joins() -> None:
