@@ -46,6 +46,11 @@ def aggregate_functions(op: Any) -> tuple[Callable[[], Any] | None, Callable[[An
     return op.initializer, op.aggregator
 
 
+def _java_div(a: int, b: int) -> int:
+    """Java's long division (truncates toward zero), as Kafka's ``Segments#segmentId``."""
+    return -((-a) // b) if a < 0 else a // b
+
+
 class _Forwarding(OpProcessor):
     """Forwards ``Change`` records directly or through the store's cache flush."""
 
@@ -288,13 +293,18 @@ class SessionWindowAggregateProcessor(_EmitOnWindowClose):
         if upper < 0 or upper < lower:
             return
         store = self.store
-        # Kafka's time-ordered session store drops whole segments (at least 60 s each), so a
-        # session just closed is still there although its end is behind the retention: read
-        # without duet's per-record retention filter
+        # Kafka's time-ordered session store (RocksDbTimeOrderedSessionBytesStoreSupplier)
+        # expires whole segments of max(retention / 2, 60 s) by session end, and its
+        # fetchSessions has no finer retention filter: a session just closed is still there
+        # although its end is behind the retention. Read without duet's per-session filter,
+        # keeping the sessions of Kafka's live segments.
         saved = store.observed_stream_time
+        interval = max(store.retention_ms // 2, 60_000)
+        min_live_segment = _java_div(saved - store.retention_ms, interval)
         store.observed_stream_time = -1
         try:
-            rows = [(s, v) for s, v in store.all() if lower <= s.window.end <= upper]
+            rows = [(s, v) for s, v in store.all()
+                    if lower <= s.window.end <= upper and _java_div(s.window.end, interval) >= min_live_segment]
         finally:
             store.observed_stream_time = saved
         ser = store.key_serde.serialize
