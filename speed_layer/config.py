@@ -50,6 +50,10 @@ class StreamsConfig(BaseModel):
     replication_factor: int = Field(1, alias="replication.factor", ge=1)
     session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=1)
     poll_ms: int = Field(100, alias="poll.ms", ge=0)
+    #: Kafka's ``application.server``: ``host:port`` of this instance's interactive-query
+    #: endpoint, published to the other instances (``KafkaStreams.streams_metadata()``,
+    #: ``query_metadata_for_key``). Empty: this instance is not discoverable.
+    application_server: str = Field("", alias="application.server", pattern=r"^(|[A-Za-z0-9._-]+:[0-9]{1,5})$")
     #: Kafka's ``StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX``:
     #: the least wall-clock time (ms) between two scans of a stream-stream left/outer
     #: join's outer store for closed unmatched records. None (unset) means Kafka's default,

@@ -83,7 +83,7 @@ def _run(topology: object, config: dict[str, object], timeout_s: float) -> tuple
     streams.start()
     if not streams.wait_until_caught_up(timeout_s=timeout_s):
         streams.close()
-        raise RuntimeError(f"not caught up within {timeout_s} s (state {streams.state()})")
+        raise RuntimeError(f"not caught up within {timeout_s} s (state {streams.state})")
     return streams, time.monotonic() - t0, int(streams.metrics()["restore-total"])
 
 

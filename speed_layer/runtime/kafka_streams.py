@@ -44,6 +44,7 @@ from ..windows import Window, Windowed
 from .admin import TopicError, admin_client, ensure_topics
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
+from .metadata import SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, group_streams_metadata, key_query_metadata
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
 from .stream_thread import StreamThread
@@ -111,6 +112,7 @@ class KafkaStreams:
         self.errors: list[BaseException] = []
         self._started_at = 0.0
         self._commit_total_dead = 0
+        self._admin: Any = None
 
     # ------------------------------------------------------------------ client configs
     def client_overrides(self, prefix: str) -> dict[str, Any]:
@@ -122,6 +124,8 @@ class KafkaStreams:
 
     def consumer_config(self, client_id: str) -> dict[str, Any]:
         cfg = self.config
+        if cfg.application_server:  # published to the other instances (see .metadata)
+            client_id = f"{client_id}{SERVER_SEPARATOR}{cfg.application_server}"
         return {
             "bootstrap.servers": cfg.bootstrap_servers,
             "client.id": client_id,
@@ -395,6 +399,59 @@ class KafkaStreams:
                 if st is not None and st.open:
                     out.append(st)
         return out
+
+    def streams_metadata(self) -> list[StreamsMetadata]:
+        """Every running instance of this application that set ``application.server``, with
+        the stores and source partitions it hosts (Kafka's ``KafkaStreams#metadataForAllStreamsClients``),
+        read from the consumer group's current assignment.
+
+        Raises:
+            StreamsException: the client is not RUNNING/REBALANCING, or the group cannot be
+                described (the message says why).
+        """
+        self._validate_running_metadata()
+        if self._admin is None:
+            self._admin = admin_client(self.config.bootstrap_servers)
+        try:
+            return group_streams_metadata(self._admin, self.plan, self.global_stores)
+        except KafkaException as exc:
+            raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
+
+    def streams_metadata_for_store(self, store: str) -> list[StreamsMetadata]:
+        """The instances hosting ``store`` (Kafka's ``streamsMetadataForStore``).
+
+        Raises:
+            InvalidStateStoreException: unknown store.
+        """
+        self._known_store(store)
+        return [m for m in self.streams_metadata() if store in m.state_store_names]
+
+    def query_metadata_for_key(self, store: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
+        """The instance hosting ``key`` of ``store`` (Kafka's ``queryMetadataForKey``): the
+        partition is murmur2 of the serialized key modulo the store's task count, as Kafka's
+        default partitioner. ``serializer``: a ``Serde`` or a ``key -> bytes`` function;
+        default the store's key serde, else ``default.key.serde``. Returns
+        ``KeyQueryMetadata.NOT_AVAILABLE`` (host ``unavailable``, port -1) while no instance
+        owns the partition (a rebalance).
+
+        Raises:
+            InvalidStateStoreException: unknown store, or a global store (every instance has it).
+        """
+        self._known_store(store)
+        if store in self.global_stores:
+            raise InvalidStateStoreException(f"{store} is a global store: every instance hosts all of it")
+        if serializer is None:
+            serializer = self.topology.stores[store].key_serde or self.config.default_key_serde
+        key_bytes = serializer.serialize(key) if hasattr(serializer, "serialize") else serializer(key)
+        return key_query_metadata(self.plan, self.streams_metadata(), store, key_bytes)
+
+    def _known_store(self, store: str) -> None:
+        if store not in self.topology.stores:
+            raise InvalidStateStoreException(f"Cannot get state store {store} because no such store is registered in the topology.")
+
+    def _validate_running_metadata(self) -> None:
+        if self._state not in ("RUNNING", "REBALANCING") or self.plan is None:
+            raise StreamsException(f"KafkaStreams is not running. State is {self._state}.")
 
     def local_thread_metadata(self) -> list[dict[str, Any]]:
         """``[{"thread": name, "state": ..., "active_tasks": [task ids]}]``."""

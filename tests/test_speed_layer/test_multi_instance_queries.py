@@ -1,0 +1,158 @@
+"""Three instances of one application on the session broker, each serving interactive queries
+at its ``application.server``: every instance answers every key the same, asking the owner
+when the key is elsewhere; then one instance leaves and the two left answer the same again.
+
+As Kafka Streams' ``KafkaStreams#queryMetadataForKey`` / ``metadataForAllStreamsClients`` and
+its interactive-query RPC examples."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from datetime import timedelta
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+
+from speed_layer import Consumed, KafkaStreams, Materialized, Serdes, StreamsBuilder, TimeWindows
+from speed_layer.runtime.admin import TopicSpec, ensure_topics
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(600)]
+
+PARTITIONS = 6
+KEYS = [f"user-{i}" for i in range(60)]
+HOUR = 3_600_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Instance:
+    """A KafkaStreams instance with its interactive-query endpoint (uvicorn in a thread)."""
+
+    def __init__(self, topology: Any, app_id: str, bootstrap: str, state_dir: Path) -> None:
+        import uvicorn
+        from fastapi import FastAPI
+
+        from serving.api.interactive import interactive_router
+
+        self.port = _free_port()
+        self.server = f"127.0.0.1:{self.port}"
+        self.streams = KafkaStreams(topology, {"application.id": app_id, "bootstrap.servers": bootstrap,
+                                               "state.dir": str(state_dir), "application.server": self.server,
+                                               "commit.interval.ms": 100, "session.timeout.ms": 6000})
+        app = FastAPI()
+        app.include_router(interactive_router(self.streams))
+        self.uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
+
+    def start(self) -> None:
+        self.streams.start()
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        self.streams.close()
+        self.thread.join(timeout=10)
+
+    def get(self, store: str, key: str) -> dict[str, Any]:
+        res = httpx.get(f"http://{self.server}/speed/stores/{store}/keys/{key}", timeout=30)
+        assert res.status_code == 200, (self.server, key, res.status_code, res.text)
+        return dict(res.json())
+
+
+@pytest.fixture
+def topology_and_input(kafka_bootstrap: str, unique_name: str) -> tuple[Any, str]:
+    topic = f"{unique_name}-clicks"
+    ensure_topics(kafka_bootstrap, [TopicSpec(topic, PARTITIONS, {"retention.ms": "-1"})])
+    b = StreamsBuilder()
+    clicks = b.stream(topic, Consumed(key_serde=Serdes.String(), value_serde=Serdes.JSON()))
+    grouped = clicks.group_by_key()
+    grouped.count(Materialized.as_("clicks"))
+    # retention 1 day: by default a window store keeps size + grace only (Kafka's default)
+    grouped.windowed_by(TimeWindows.of_size_with_no_grace(HOUR)).count(
+        Materialized.as_("clicks_hourly").with_retention(timedelta(days=1)))
+    return b.build(), topic
+
+
+def _produce(bootstrap: str, topic: str, rounds: int) -> Counter[str]:
+    # murmur2, as the Java producer and Kafka Streams (librdkafka defaults to CRC32)
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    counts: Counter[str] = Counter()
+    for r in range(rounds):
+        for i, key in enumerate(KEYS):
+            if (i + r) % 3:
+                producer.produce(topic, key=key.encode(), value=json.dumps({"r": r}).encode(),
+                                 timestamp=1_356_998_400_000 + r * HOUR // 2)
+                counts[key] += 1
+    assert producer.flush(30) == 0
+    return counts
+
+
+def _wait_stable(instances: list[Instance], timeout_s: float = 120) -> None:
+    """Until every instance is RUNNING and the group's assignment names all of them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(i.streams.state == "RUNNING" for i in instances):
+            hosts = {str(m.host_info) for m in instances[0].streams.streams_metadata() if m.topic_partitions}
+            if hosts == {i.server for i in instances}:
+                if all(i.streams.wait_until_caught_up(timeout_s=60) for i in instances):
+                    return
+        time.sleep(0.5)
+    pytest.fail("the instances did not settle")
+
+
+def _answers(instances: list[Instance], counts: Counter[str]) -> dict[str, set[str]]:
+    """Ask every instance for every key; return the hosts that answered each key."""
+    answered: dict[str, set[str]] = {}
+    for key in KEYS:
+        answers = [inst.get("clicks", key) for inst in instances]
+        assert {a["value"] for a in answers} == {counts.get(key)}, (key, answers)
+        assert len({a["host"] for a in answers}) == 1  # the owner answered, whoever was asked
+        hourly = [inst.get("clicks_hourly", key)["windows"] for inst in instances]
+        assert all(h == hourly[0] for h in hourly) and sum(w["value"] for w in hourly[0]) == counts.get(key, 0)
+        answered[key] = {a["host"] for a in answers}
+    return answered
+
+
+def test_every_instance_answers_every_key(topology_and_input: tuple[Any, str], kafka_bootstrap: str,
+                                         unique_name: str, tmp_path: Path) -> None:
+    topology, topic = topology_and_input
+    counts = _produce(kafka_bootstrap, topic, rounds=6)
+    instances = [Instance(topology, f"{unique_name}-app", kafka_bootstrap, tmp_path / f"state-{i}") for i in range(3)]
+    try:
+        for inst in instances:
+            inst.start()
+        _wait_stable(instances)
+        metadata = instances[1].streams.streams_metadata()
+        assert {str(m.host_info) for m in metadata} == {i.server for i in instances}
+        owned = [m.topic_partitions for m in metadata]
+        assert sum(len(p) for p in owned) == PARTITIONS and all(owned)  # split, none twice
+        assert all({"clicks", "clicks_hourly"} <= m.state_store_names for m in metadata)
+        answered = _answers(instances, counts)
+        owners = Counter(next(iter(h)) for h in answered.values())
+        assert set(owners) == {i.server for i in instances}  # the keys are spread over all three
+        # a key's owner as query_metadata_for_key says, on every instance
+        for key in KEYS[:10]:
+            hosts = {str(i.streams.query_metadata_for_key("clicks", key).active_host) for i in instances}
+            assert hosts == answered[key]
+        # one instance leaves: the two left take over its tasks and answer the same
+        instances.pop().stop()
+        _wait_stable(instances)
+        more = _produce(kafka_bootstrap, topic, rounds=2)
+        for inst in instances:
+            assert inst.streams.wait_until_caught_up(timeout_s=60)
+        _answers(instances, counts + more)
+    finally:
+        for inst in instances:
+            inst.stop()
