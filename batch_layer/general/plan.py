@@ -217,8 +217,15 @@ def batch_config(config: StreamsConfig) -> StreamsConfig:
     """The config tasks run with in batch: a record whose deserialization or processing
     fails is never fatal to a recompute of history. ``log_and_fail`` becomes
     ``log_and_continue`` (the record is dropped and counted, as the relational path
-    does); ``dead_letter`` stays (the record goes to the dead-letter topic, an output)."""
-    updates = {}
+    does); ``dead_letter`` stays (the record goes to the dead-letter topic, an output).
+
+    Both wall-clock emit throttles (``__emit.interval.ms.kstreams.outer.join.spurious.results.fix__``
+    and ``__emit.interval.ms.kstreams.windowed.aggregation__``) are 0: batch emits on event
+    time alone, as Kafka's TopologyTestDriver does. With the 1000 ms default a recompute that
+    runs in less than a second would never scan for unmatched outer-join records or closed
+    windows."""
+    updates: dict[str, object] = {"emit_interval_ms_kstreams_outer_join_spurious_results_fix": 0,
+                                  "emit_interval_ms_kstreams_windowed_aggregation": 0}
     for field_name in ("deserialization_exception_handler", "processing_exception_handler"):
         if getattr(config, field_name) == "log_and_fail":
             updates[field_name] = "log_and_continue"
