@@ -20,7 +20,7 @@ from .processor.api import Cancellable, Change, Processor, ProcessorContext, Pun
 from .serde import Serde, Serdes
 from .state import Stores, ValueAndTimestamp, VersionedRecord
 from .topology import Topology
-from .windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
+from .windows import EmitStrategy, JoinWindows, SessionWindows, SlidingWindows, TimeWindows, Window, Windowed
 
 
 def __getattr__(name: str) -> object:
@@ -39,5 +39,5 @@ __all__ = [
     "Consumed", "Grouped", "Joined", "Materialized", "Named", "Produced", "Repartitioned", "StreamJoined", "Suppressed",
     "Cancellable", "Change", "Processor", "ProcessorContext", "PunctuationType", "Record", "RecordMetadata", "Serde",
     "Serdes", "Stores", "ValueAndTimestamp", "VersionedRecord", "Topology", "JoinWindows", "SessionWindows",
-    "SlidingWindows", "TimeWindows", "Window", "Windowed", "KafkaStreams",
+    "SlidingWindows", "TimeWindows", "Window", "Windowed", "EmitStrategy", "KafkaStreams",
 ]
