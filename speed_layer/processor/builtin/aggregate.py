@@ -101,14 +101,20 @@ class _EmitOnWindowClose(_Forwarding):
     def _should_range_fetch(self, lower: int, upper: int) -> bool:
         return True
 
-    def _maybe_forward_final(self, record: Record[Any, Any], close_time: int) -> None:
+    def _emit_due(self, close_time: int) -> bool:
+        """Whether to emit closed windows now: ON_WINDOW_CLOSE, the wall-clock throttle has
+        passed (it restarts here), and the close time progressed since the last emission."""
         if not self.emit_final:
-            return
+            return False
         now = self.context.current_system_time_ms()
         if now < self.next_time_to_emit:
-            return
+            return False
         self.next_time_to_emit = now + self.emit_interval_ms
-        if self.last_emit_window_close_time != -1 and self.last_emit_window_close_time >= close_time:
+        last = self.last_emit_window_close_time
+        return last == -1 or last < close_time
+
+    def _maybe_forward_final(self, record: Record[Any, Any], close_time: int) -> None:
+        if not self._emit_due(close_time):
             return
         upper = self._emit_upper(close_time)
         if upper < 0:
@@ -279,15 +285,9 @@ class SessionWindowAggregateProcessor(_EmitOnWindowClose):
         throttled as time windows; every session whose end is in ``[max(0, last close),
         close - 1]`` is forwarded once as ``Change(aggregate, None)`` stamped with its end,
         in end, start, then key order (Kafka's time-ordered session store)."""
-        if not self.emit_final:
+        if not self._emit_due(close_time):
             return
-        now = self.context.current_system_time_ms()
-        if now < self.next_time_to_emit:
-            return
-        self.next_time_to_emit = now + self.emit_interval_ms
         last = self.last_emit_window_close_time
-        if last != -1 and last >= close_time:
-            return
         upper = close_time - 1
         lower = max(0, last)
         if upper < 0 or upper < lower:
