@@ -135,6 +135,12 @@ class KafkaStreams:
             # an empty fetch answers after this long: it bounds how soon a caught-up
             # partition is known to be caught up (end-of-partition), on which tasks wait
             "fetch.wait.max.ms": 20,
+            # librdkafka postpones the next fetch of a partition by this long (default 1 s)
+            # after its local queue was over its thresholds, e.g. when the partition was
+            # paused (buffered.records.per.partition reached) and resumed: the stream thread
+            # then waited in poll for that partition's next records most of the time (the
+            # Java consumer fetches a resumed partition at once)
+            "fetch.queue.backoff.ms": 10,
             "auto.offset.reset": cfg.auto_offset_reset,
             "logger": self._logger(),
         }
