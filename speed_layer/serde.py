@@ -11,6 +11,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+import orjson
+
 from .errors import SerializationException
 from .windows import Window, Windowed
 
@@ -58,8 +60,54 @@ class Serde(Generic[T]):
             raise SerializationException(f"{self.name} serde cannot deserialize {data[:64]!r}: {exc}") from exc
 
 
+#: ``json.dumps(value, separators=(",", ":"), allow_nan=False)`` without building an
+#: encoder per call
+_json_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+#: values orjson would write otherwise than the standard library (subclasses of str, int,
+#: dict, list; dataclasses; datetimes) raise instead, and go to the standard library
+_ORJSON_OPTS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+#: digits -> "0", "." -> ".", "e"/"E" -> "e", everything else -> " ": a float orjson writes
+#: with an exponent ("0e") or below 1e-4 ("0.0000") may differ from Python's repr
+_FLOAT_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 else i if i == 0x2E else 0x65 if i in (0x45, 0x65) else 0x20 for i in range(256))
+#: digits -> "0", everything else -> " ": a run of 19 "0"s in the translated bytes is a
+#: run of 19 digits, an integer that may not fit in 64 bits, which orjson would read as a
+#: float (the standard library reads it as an exact int); faster than a regex
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_DIGITS = b"0" * 19
+_JSONDecodeError = orjson.JSONDecodeError
+
+
 def _json_dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False).encode()``, byte for byte
+    (keys are stored and partitioned by these bytes), with orjson where its output is
+    provably the same: it is ASCII without DEL (the standard library escapes the rest as
+    ``\\uXXXX``), has no ``null`` (orjson writes NaN and infinities as null, the
+    standard library rejects them) and no float in exponent or ``0.0000`` form (where
+    the two format floats differently). Anything else, and anything orjson refuses (ints
+    beyond 64 bits, non-string keys, subclasses, unknown types), is encoded by the
+    standard library. orjson also writes ``uuid.UUID`` and ``enum.Enum`` members that the
+    standard library rejects."""
+    try:
+        out = orjson.dumps(value, option=_ORJSON_OPTS)
+    except TypeError:
+        return _json_encode(value).encode()
+    if out.isascii() and b"null" not in out and b"\x7f" not in out:
+        shape = out.translate(_FLOAT_SHAPE)
+        if b"0e" not in shape and b"0.0000" not in shape:
+            return out
+    return _json_encode(value).encode()
+
+
+def _json_loads(data: bytes) -> Any:
+    """``json.loads(data)``, the same values for every input, with orjson where it reads
+    the same: anything orjson rejects (NaN, Infinity, 1e400, a BOM, UTF-16/32, lone
+    surrogates) or may read differently (integers beyond 64 bits) goes to ``json.loads``."""
+    if _LONG_DIGITS not in data.translate(_DIGITS):
+        try:
+            return orjson.loads(data)
+        except _JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def _windowed_json_ser(inner: Serde[Any]) -> Callable[[Windowed[Any]], bytes]:
@@ -75,7 +123,7 @@ def _windowed_json_ser(inner: Serde[Any]) -> Callable[[Windowed[Any]], bytes]:
 
 def _windowed_json_de(inner: Serde[Any]) -> Callable[[bytes], Windowed[Any]]:
     def de(data: bytes) -> Windowed[Any]:
-        obj = json.loads(data)
+        obj = _json_loads(data)
         key = obj["key"]
         if inner.name != "JSON" and key is not None:
             key = inner.deserialize(key.encode())
@@ -115,7 +163,7 @@ class Serdes:
     @staticmethod
     def JSON() -> Serde[Any]:  # noqa: N802
         """Compact UTF-8 JSON; NaN is rejected (serialize ``None`` instead)."""
-        return Serde("JSON", _json_dumps, json.loads)
+        return Serde("JSON", _json_dumps, _json_loads)
 
     @staticmethod
     def Pickle() -> Serde[Any]:  # noqa: N802
