@@ -86,6 +86,8 @@ class KafkaRecordCollector:
         self._acked: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self._error: KafkaError | None = None
         self._error_topic: str | None = None
+        #: partition counts of the topics sent to (partition counts do not change)
+        self._counts: dict[str, int] = {}
 
     # -- delivery reports
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
@@ -143,20 +145,28 @@ class KafkaRecordCollector:
         Raises:
             StreamsException: on an earlier delivery error, or when the topic is unknown.
         """
-        self.check_error()
-        n = self.partitions_for(topic)
+        if self._error is not None:
+            self.check_error()
+        n = self._counts.get(topic)
+        if n is None:
+            n = self._counts[topic] = self.partitions_for(topic)
         if partition is None:
             partition = partition_for_key(key, n) if key is not None else self.round_robin.next(topic, n)
         elif not 0 <= partition < n:
             raise StreamsException(f"partition {partition} out of range for topic {topic} with {n} partitions")
-        kwargs: dict[str, Any] = {"key": key, "value": value, "partition": partition, "on_delivery": self._on_delivery}
-        if timestamp >= 0:
-            kwargs["timestamp"] = timestamp
-        if headers:
-            kwargs["headers"] = [(k, v) for k, v in headers]
+        produce = self.producer.produce
         while True:
             try:
-                self.producer.produce(topic, **kwargs)
+                if headers:
+                    kwargs: dict[str, Any] = {"headers": [(k, v) for k, v in headers]}
+                    if timestamp >= 0:
+                        kwargs["timestamp"] = timestamp
+                    produce(topic, value, key, partition, self._on_delivery, **kwargs)
+                elif timestamp >= 0:
+                    # (keywords: after the callback comes its alias on_delivery, then timestamp)
+                    produce(topic, value, key, partition, self._on_delivery, timestamp=timestamp)
+                else:
+                    produce(topic, value, key, partition, self._on_delivery)
                 break
             except BufferError:
                 # local queue full: serve delivery reports and retry (Kafka blocks in send)
@@ -164,7 +174,7 @@ class KafkaRecordCollector:
             except KafkaException as exc:
                 raise StreamsException(f"Error sending record to topic {topic}: {exc}") from exc
         self.sent += 1
-        if (topic, partition) in self.tracked:
+        if self.tracked and (topic, partition) in self.tracked:
             self._unacked.setdefault((topic, partition), deque()).append(timestamp)
         if self.sent % POLL_EVERY_SENDS == 0:
             self.producer.poll(0)

@@ -62,11 +62,6 @@ CHECKPOINT_OFFSET_DELTA = 10_000
 REPARTITION_PURGE_INTERVAL_S = 30.0
 
 
-def _head_timestamp(task: StreamTask) -> int:
-    """The lowest timestamp (ms) among the heads of a task's partition buffers."""
-    return min((q[0].timestamp for q in task._queues.values() if q), default=-1)
-
-
 class StreamThread(threading.Thread):
     """See the module docstring. States (Kafka's ``StreamThread.State``): CREATED, STARTING,
     PARTITIONS_REVOKED, PARTITIONS_ASSIGNED, RUNNING, PENDING_SHUTDOWN, DEAD."""
@@ -463,10 +458,24 @@ class StreamThread(threading.Thread):
         if self._callback_error is not None:
             exc, self._callback_error = self._callback_error, None
             raise exc
+        self._add_records(msgs)
+        self._pause_resume()
+        self._process()
+        self._punctuate()
+        if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
+            self._commit()
+
+    def _add_records(self, msgs: list[Any]) -> None:
+        """Buffer consumed records in their tasks' partition queues; note ends of
+        partitions and consumer errors."""
+        tp_task, eof, fetched = self.tp_task, self.eof, self._fetched_next
+        last_tp: TP | None = None
+        queue: Any = None
         for msg in msgs:
-            tp = (msg.topic(), msg.partition())
             err = msg.error()
             if err is not None:
+                last_tp = None
+                tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
                     if tp in self.tp_task:
                         self.eof[tp] = True
@@ -480,17 +489,19 @@ class StreamThread(threading.Thread):
                         raise StreamsException(f"source topic missing for {MISSING_TOPIC_TIMEOUT_S:.0f} s: {err.str()}")
                 log.warning("consumer of %s: %s", self.name, err.str())
                 continue
-            task = self.tp_task.get(tp)
-            if task is None:
-                continue  # revoked meanwhile
-            self.eof[tp] = False
-            self._fetched_next[tp] = msg.offset() + 1
-            task.add_records([RawRecord(tp[0], tp[1], msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], list(msg.headers() or []))])
-        self._pause_resume()
-        self._process()
-        self._punctuate()
-        if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
-            self._commit()
+            topic, partition = msg.topic(), msg.partition()
+            tp = (topic, partition)
+            if tp != last_tp:
+                task = tp_task.get(tp)
+                if task is None:
+                    continue  # revoked meanwhile
+                eof[tp] = False
+                queue = task.queue(topic, partition)
+                last_tp = tp
+            offset = msg.offset()
+            fetched[tp] = offset + 1
+            headers = msg.headers()
+            queue.append(RawRecord(topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], list(headers) if headers else []))
 
     def _ready(self, task: StreamTask, now: float) -> bool:
         """Kafka's ``PartitionGroup#readyToProcess`` (KIP-695): an empty input partition
@@ -517,7 +528,7 @@ class StreamThread(threading.Thread):
                 assert self.collector is not None
                 pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
                 if pending is not None:
-                    head = _head_timestamp(task) if head is None else head
+                    head = task.head_timestamp() if head is None else head
                     if pending <= head:
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
@@ -549,7 +560,7 @@ class StreamThread(threading.Thread):
         if not siblings:
             return False
         assert self.collector is not None
-        head = _head_timestamp(task)
+        head = task.head_timestamp()
         for polled in (False, True):
             older = False
             for tp in siblings:
@@ -585,8 +596,9 @@ class StreamThread(threading.Thread):
         heap = []
         for i, task in enumerate(self.tasks.values()):
             if self._ready(task, now):
-                heap.append((_head_timestamp(task), i, task))
+                heap.append((task.head_timestamp(), i, task))
         heapq.heapify(heap)
+        tracked = self._tracked
         n = 0
         while heap and n < MAX_RECORDS_PER_LOOP:
             _, i, task = heapq.heappop(heap)
@@ -597,11 +609,16 @@ class StreamThread(threading.Thread):
                     break
                 continue
             self._maybe_begin()
-            task.process_next()
-            n += 1
+            if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
+                task.process_next()  # each record it processes may hold it back
+                n += 1
+            else:
+                # a task reading no partition this thread sends to stays ready while none
+                # of its buffers runs dry: a run of its records, up to the next task's head
+                n += task.process_run(heap[0][0] if heap else None, MAX_RECORDS_PER_LOOP - n)
             self._idle_since.pop(task.task_id, None)
             if task.buffered():
-                heapq.heappush(heap, (_head_timestamp(task), i, task))
+                heapq.heappush(heap, (task.head_timestamp(), i, task))
             elif not self._thread_ready(now):
                 break  # its partition ran dry and more may be on its way (KIP-695)
 

@@ -43,7 +43,7 @@ class RecordCollector(Protocol):
     def partitions_for(self, topic: str) -> int: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class RawRecord:
     """A consumed record before deserialization."""
 
@@ -95,6 +95,8 @@ class _NodeContext(ProcessorContext):
         self._task = task
         self._node = node
         self._children = task.children.get(node.name, [])
+        #: ``(name, process)`` of every child (the hot path: one forward per record and node)
+        self._child_procs = [(c, task.processors[c].process) for c in self._children]
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
         task = self._task
@@ -103,11 +105,11 @@ class _NodeContext(ProcessorContext):
                 raise StreamsException(f"{child_name} is not a child of {self._node.name}")
             task.processors[child_name].process(record)
             return
-        for c in self._children:
-            prev = task.current_node
+        prev = task.current_node
+        for c, process in self._child_procs:
             task.current_node = c
-            task.processors[c].process(record)
-            task.current_node = prev
+            process(record)
+        task.current_node = prev
 
     def schedule(self, interval_ms: int, type: PunctuationType, punctuator: Callable[[int], None]) -> Cancellable:
         if interval_ms < 1:
@@ -190,7 +192,8 @@ class StreamTask:
         self.global_stores = global_stores or {}
         self.stream_time = -1
         self.commit_requested = False
-        self.current_metadata: RecordMetadata | None = None
+        #: the raw record being processed (its metadata is built when a processor asks)
+        self._current_raw: RawRecord | None = None
         self.current_node: str | None = None
         self.app_id = config.application_id
         self.state_dir = state_dir
@@ -217,6 +220,21 @@ class StreamTask:
                 logger = (lambda topic: lambda k, v, ts: changelog_sender(topic, k, v, ts))(topic)
             self.stores[s] = build_store(spec, state_dir, logger, config.statestore_cache_max_entries)
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
+        #: source topic -> (source node, key serde, value serde), filled on first use
+        self._source_serdes: dict[str, tuple[GraphNode, Serde[Any], Serde[Any]]] = {}
+        #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde), filled on first use
+        self._sink_serdes: dict[tuple[str, int], tuple[SinkOp, str, Serde[Any], Serde[Any]]] = {}
+        self._process_key = (task_id, "process")
+
+    @property
+    def current_metadata(self) -> RecordMetadata | None:
+        """Topic, partition and offset of the record being processed (None in a punctuation)."""
+        raw = self._current_raw
+        return None if raw is None else RecordMetadata(raw.topic, raw.partition, raw.offset)
+
+    @current_metadata.setter
+    def current_metadata(self, value: RecordMetadata | None) -> None:
+        self._current_raw = None if value is None else RawRecord(value.topic, value.partition, value.offset, None, None, -1)
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self) -> None:
@@ -245,11 +263,32 @@ class StreamTask:
             self._queues.setdefault((r.topic, r.partition), deque()).append(r)
 
     def buffered(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        n = 0
+        for q in self._queues.values():
+            n += len(q)
+        return n
 
     def buffered_in(self, topic: str, partition: int) -> int:
         q = self._queues.get((topic, partition))
         return len(q) if q else 0
+
+    def queue(self, topic: str, partition: int) -> deque[RawRecord]:
+        """The buffer of one input partition (created empty on first use); the stream
+        thread appends consumed records to it directly."""
+        q = self._queues.get((topic, partition))
+        if q is None:
+            q = self._queues[(topic, partition)] = deque()
+        return q
+
+    def head_timestamp(self) -> int:
+        """The lowest timestamp (ms) among the heads of the partition buffers; -1 if empty."""
+        best = -1
+        for q in self._queues.values():
+            if q:
+                ts = q[0].timestamp
+                if best < 0 or ts < best:
+                    best = ts
+        return best
 
     def process_next(self) -> bool:
         """Process the buffered record with the lowest timestamp across this task's input
@@ -263,6 +302,40 @@ class StreamTask:
         self.process(best.popleft())
         return True
 
+    def process_run(self, until_ts: int | None, max_records: int) -> int:
+        """Process up to ``max_records`` buffered records in timestamp order (as
+        :meth:`process_next`), while the next one's timestamp is ``<= until_ts`` (None: no
+        bound), stopping after a record that empties its partition's buffer (which may
+        change whether the task may go on, KIP-695). Returns the number processed."""
+        process = self.process
+        queues = [q for q in self._queues.values() if q]
+        n = 0
+        if len(queues) == 1:
+            q = queues[0]
+            popleft = q.popleft
+            if until_ts is None:
+                while n < max_records and q:
+                    process(popleft())
+                    n += 1
+            else:
+                while n < max_records and q and q[0].timestamp <= until_ts:
+                    process(popleft())
+                    n += 1
+            return n
+        while n < max_records and queues:
+            best = queues[0]
+            for q in queues:
+                if q[0].timestamp < best[0].timestamp:
+                    best = q
+            if until_ts is not None and best[0].timestamp > until_ts:
+                break
+            process(best.popleft())
+            n += 1
+            if not best:
+                break
+            queues = [q for q in queues if q]
+        return n
+
     # ------------------------------------------------------------------ processing
     def _serdes(self, node: GraphNode) -> tuple[Serde[Any], Serde[Any]]:
         op = node.op
@@ -272,12 +345,15 @@ class StreamTask:
 
     def process(self, raw: RawRecord) -> None:
         """Deserialize, extract the timestamp and run one record through the sub-topology."""
-        node = self.sources.get(raw.topic)
-        if node is None:
-            raise StreamsException(f"task {self.task_id}: no source for topic {raw.topic}")
+        src = self._source_serdes.get(raw.topic)
+        if src is None:
+            node = self.sources.get(raw.topic)
+            if node is None:
+                raise StreamsException(f"task {self.task_id}: no source for topic {raw.topic}")
+            src = self._source_serdes[raw.topic] = (node, *self._serdes(node))
+        node, ks, vs = src
         self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
-        self.current_metadata = RecordMetadata(raw.topic, raw.partition, raw.offset)
-        ks, vs = self._serdes(node)
+        self._current_raw = raw
         try:
             key = ks.deserialize(raw.key)
             value = vs.deserialize(raw.value)
@@ -287,8 +363,11 @@ class StreamTask:
         ts = self._extract_timestamp(node, raw, key, value)
         if ts is None:
             return
-        self.stream_time = max(self.stream_time, ts)
-        self.metrics.inc(self.task_id, "process")
+        if ts > self.stream_time:
+            self.stream_time = ts
+        counters = self.metrics.counters
+        pk = self._process_key
+        counters[pk] = counters.get(pk, 0) + 1
         try:
             self.current_node = node.name
             self.processors[node.name].process(Record(key, value, ts, list(raw.headers)))
@@ -298,8 +377,9 @@ class StreamTask:
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         finally:
             self.current_node = None
-        self.current_metadata = None  # a punctuation has no current record (Kafka: metadata undefined)
-        self.punctuate_stream_time()
+        self._current_raw = None  # a punctuation has no current record (Kafka: metadata undefined)
+        if self._punctuations:
+            self.punctuate_stream_time()
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
         extractor = node.op.timestamp_extractor
@@ -352,11 +432,15 @@ class StreamTask:
         """Serialize with the sink's serdes and hand to the collector (partitioned by the
         sink's partitioner; a windowed key by murmur2 of its base key bytes, as Kafka's
         WindowedStreamPartitioner; else murmur2 of the key bytes)."""
-        full = self.full_topic(topic, op.repartition)
-        if op.repartition:
-            ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
-        else:
-            ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+        cached = self._sink_serdes.get((topic, id(op)))
+        if cached is None or cached[0] is not op:
+            full = self.full_topic(topic, op.repartition)
+            if op.repartition:
+                ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
+            else:
+                ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+            cached = self._sink_serdes[(topic, id(op))] = (op, full, ks, vs)
+        _, full, ks, vs = cached
         kb = ks.serialize(record.key)
         vb = vs.serialize(record.value)
         partition = None
@@ -381,6 +465,11 @@ class StreamTask:
         return p
 
     def _run_punctuations(self, now: int, wall: bool) -> bool:
+        for p in self._punctuations:
+            if p.cancelled or (now >= p.due and getattr(p, "wall", False) == wall):
+                break
+        else:
+            return False  # nothing due, nothing to drop (the common case: once per record)
         fired = False
         # as Kafka's PunctuationQueue: due schedules in order of their due time, each once
         for p in sorted(self._punctuations, key=lambda p: p.due):
