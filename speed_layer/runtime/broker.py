@@ -436,6 +436,43 @@ class EmbeddedKafka:
             self._cleanup_work_dir()
             atexit.unregister(self.stop)
 
+    # ------------------------------------------------------------------ faults
+    def pause(self) -> None:
+        """SIGSTOP the broker JVM (it holds its sockets but answers nothing)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused broker."""
+        self._signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL the broker JVM, keeping its data and ports for :meth:`restart`."""
+        with self._lock:
+            self._kill()
+
+    def restart(self, timeout_s: float = 60) -> str:
+        """Start the broker again on the same ports and data (after :meth:`kill`), without
+        formatting: the topics, offsets and transactions survive, as after a machine reboot.
+
+        Raises:
+            BrokerStartError: it does not answer within ``timeout_s`` seconds.
+        """
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                raise BrokerStartError("the broker is running: kill() it first")
+            assert self._work_dir is not None and self._bootstrap is not None, "never started"
+            work = self._work_dir
+            log4j, config = work / "log4j2.properties", work / "server.properties"
+            self._proc = self._launch([*self._jvm(self._classpath(), log4j, self.heap), "kafka.Kafka", str(config)],
+                                      work, work / "broker.log")
+            self._wait_ready(self._bootstrap, time.monotonic() + timeout_s, work / "broker.log")
+            return self._bootstrap
+
+    def _signal(self, sig: int) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("EmbeddedKafka is not running")
+        os.kill(self._proc.pid, sig)
+
     def _kill(self) -> None:
         proc = self._proc
         if proc is None:

@@ -548,12 +548,23 @@ class KafkaStreams:
         finally:
             probe.close()
 
-    def _end_offsets(self, probe: Consumer, topics: list[str]) -> dict[tuple[str, int], int]:
+    def _end_offsets(self, probe: Consumer, topics: list[str], retry_s: float = 60.0) -> dict[tuple[str, int], int]:
+        """High watermarks; a retriable error (a leader moving after a broker restart) is
+        retried for up to ``retry_s`` seconds."""
         assert self.plan is not None
         out = {}
         for t in topics:
             for p in range(self.plan.partitions[t]):
-                out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+                give_up = time.monotonic() + retry_s
+                while True:
+                    try:
+                        out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+                        break
+                    except KafkaException as exc:
+                        err = exc.args[0] if exc.args else None
+                        if err is None or not err.retriable() or time.monotonic() > give_up:
+                            raise
+                        time.sleep(0.2)
         return out
 
     def _wait_reached(self, probe: Consumer, targets: dict[tuple[str, int], int], deadline: float) -> bool:

@@ -135,6 +135,12 @@ class KafkaRecordCollector:
             self._error = None
             raise StreamsException(f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})")
 
+    def discard_error(self) -> KafkaError | None:
+        """Forget (and return) the pending delivery error: the sends of an aborted
+        transaction fail with "purged", which belongs to that transaction only."""
+        err, self._error, self._error_topic = self._error, None, None
+        return err
+
     # -- RecordCollector protocol
     def partitions_for(self, topic: str) -> int:
         return self.counts.get(topic, self.producer)

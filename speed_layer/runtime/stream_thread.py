@@ -60,6 +60,9 @@ MAX_RECORDS_PER_LOOP = 1000
 CHECKPOINT_OFFSET_DELTA = 10_000
 #: Kafka's ``repartition.purge.interval.ms`` default (30 s)
 REPARTITION_PURGE_INTERVAL_S = 30.0
+#: How long an exactly-once thread retries aborting a transaction that failed to commit
+#: (s; Kafka Streams' task.timeout.ms default, 5 minutes).
+TASK_TIMEOUT_S = 300.0
 
 
 class StreamThread(threading.Thread):
@@ -405,6 +408,48 @@ class StreamThread(threading.Thread):
         write_checkpoint(self.streams.state_directory.task_dir(task_id), offsets)
         self._last_checkpoint[task_id] = offsets
 
+    def _abort_and_rewind(self, cause: KafkaException) -> None:
+        """Exactly-once recovery from a transaction that could not commit but may be aborted
+        (e.g. a timeout while the broker did not answer), as Kafka Streams' handling of a
+        ``TaskCorruptedException``: abort the transaction (retrying until
+        ``TASK_TIMEOUT_S``), close the tasks dirty (their stores hold uncommitted writes and
+        have no checkpoint, so they are wiped), seek every input partition back to its
+        committed offset and recreate the tasks, which restore from the changelogs
+        (read_committed). The aborted outputs are never visible to read_committed readers.
+
+        Raises:
+            StreamsException: the abort failed fatally or did not succeed in time.
+        """
+        assert self.producer is not None and self.consumer is not None and self.collector is not None
+        log.warning("%s: the transaction could not commit (%s): aborting it and rewinding to the committed offsets",
+                    self.name, cause)
+        deadline = time.monotonic() + TASK_TIMEOUT_S
+        while True:
+            try:
+                self.producer.abort_transaction(30)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not isinstance(err, KafkaError) or err.fatal() or time.monotonic() > deadline:
+                    raise StreamsException(f"aborting the transaction of {self.name} failed: {exc}") from exc
+                time.sleep(1)
+        self._in_txn = False
+        self.collector.discard_error()
+        tps = sorted(self.tp_task)
+        self._close_tasks(list(self.tasks), clean=False)
+        committed = self._committed_offsets(tps)
+        if tps:
+            self.consumer.resume([TopicPartition(t, p) for t, p in tps])
+        for t, p in tps:
+            off = committed.get((t, p))
+            if off is None:
+                off = OFFSET_BEGINNING if self._reset_policy(t) == "earliest" else OFFSET_END
+            self.consumer.seek(TopicPartition(t, p, off))
+        self._create_tasks(tps, committed)
+        self._last_commit = time.monotonic()
+        for tid in self.tasks:
+            self.metrics.inc(tid, "task-corrupted")
+
     def _close_tasks(self, task_ids: list[str], clean: bool) -> None:
         if not task_ids:
             return
@@ -696,6 +741,10 @@ class StreamThread(threading.Thread):
                         [TopicPartition(t, p, o) for (t, p), o in changed.items()], self.consumer.consumer_group_metadata(), 30)
                 self.producer.commit_transaction(60)
             except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
+                    self._abort_and_rewind(exc)
+                    return
                 raise StreamsException(f"committing the transaction of {self.name} failed: {exc}") from exc
             self._in_txn = False
             self.collector.check_error()
