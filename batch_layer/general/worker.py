@@ -121,8 +121,9 @@ class _Collector:
 
 
 class _BatchTask(StreamTask):
-    """A ``StreamTask`` that remembers the timestamp it extracted from the last record
-    (the batch watermark is the largest extracted timestamp of the stream input) and
+    """A ``StreamTask`` that remembers the timestamp it extracted from the last record, if
+    it called the extractor (the batch watermark is the largest extracted timestamp of
+    the stream input) and
     counts the records it dropped because they failed: deserialization, timestamp
     extraction (an invalid timestamp) or processing (the relational path's "dropped")."""
 
@@ -198,8 +199,11 @@ def run_task(spec: TaskSpec, pdf: pd.DataFrame) -> pd.DataFrame:
             if target.failed:
                 node = target.sources[topic].name
                 dropped[node] = dropped.get(node, 0) + 1
-            elif stream_input and task.last_timestamp is not None:
-                watermark = max(watermark, task.last_timestamp)
+            elif stream_input:
+                # the runtime may skip the extractor when the record's own timestamp is
+                # the event time (no extractor configured): then that is the timestamp
+                ts = task.last_timestamp if task.last_timestamp is not None else raw.timestamp
+                watermark = max(watermark, ts)
             task.commit()
         rows = collector.rows
         for name in spec.stores:
