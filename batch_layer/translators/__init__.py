@@ -3,9 +3,10 @@
 
 One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sources),
 ``stateless`` (filter, map, flatMap, peek, branch, merge), ``table`` (KTable filter,
-mapValues, toStream), ``joins`` (stream-table as-of joins), ``aggregate`` (windowed and plain
-aggregations). An op type missing from :data:`TRANSLATORS` (stream-stream and table-table
-joins, cogroup, suppress, KTable re-grouping, ...) or refused by its translator's ``check``
+mapValues, toStream), ``joins`` (stream-table as-of joins), ``table_joins`` (KTable-KTable
+joins' stores), ``aggregate`` (windowed and plain aggregations). An op type missing from
+:data:`TRANSLATORS` (stream-stream joins, foreign-key joins, cogroup, suppress, KTable
+re-grouping, ...) or refused by its translator's ``check``
 has no relational form: ``compile_topology`` then runs the plan on the general executor
 (``batch_layer.general``; docs/batch-executors.md).
 
@@ -25,6 +26,7 @@ from .stateless import (
     PassThroughTranslator,
 )
 from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTranslator
+from .table_joins import TableTableJoinTranslator
 
 
 class ProcessTranslator(Translator):
@@ -58,9 +60,11 @@ TRANSLATORS: dict[type, Translator] = {
     ops.ToStreamOp: ToStreamTranslator(),
     ops.StreamTableJoinOp: StreamTableJoinTranslator(),
     ops.AggregateOp: AggregateTranslator(),
+    ops.TableTableJoinOp: TableTableJoinTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store
-VIEW_WRITERS: tuple[type, ...] = (ops.AggregateOp, ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp)
+VIEW_WRITERS: tuple[type, ...] = (ops.AggregateOp, ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp,
+                                  ops.TableTableJoinOp)
 
 __all__ = ["TRANSLATORS", "VIEW_WRITERS", "Translator", "Unsupported"]
