@@ -92,7 +92,7 @@ class KafkaRecordCollector:
     # -- delivery reports
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         tp = (msg.topic(), msg.partition())
-        unacked = self._unacked.get(tp)
+        unacked = self._unacked.get(tp) if self._unacked else None
         if err is not None:
             if unacked:
                 unacked.popleft()

@@ -220,8 +220,9 @@ class StreamTask:
                 logger = (lambda topic: lambda k, v, ts: changelog_sender(topic, k, v, ts))(topic)
             self.stores[s] = build_store(spec, state_dir, logger, config.statestore_cache_max_entries)
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
-        #: source topic -> (source node, key serde, value serde), filled on first use
-        self._source_serdes: dict[str, tuple[GraphNode, Serde[Any], Serde[Any]]] = {}
+        #: source topic -> (source node, key serde, value serde, whether the record's own
+        #: timestamp is the event time), filled on first use
+        self._source_serdes: dict[str, tuple[GraphNode, Serde[Any], Serde[Any], bool]] = {}
         #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[SinkOp, str, Serde[Any], Serde[Any]]] = {}
         self._process_key = (task_id, "process")
@@ -350,8 +351,9 @@ class StreamTask:
             node = self.sources.get(raw.topic)
             if node is None:
                 raise StreamsException(f"task {self.task_id}: no source for topic {raw.topic}")
-            src = self._source_serdes[raw.topic] = (node, *self._serdes(node))
-        node, ks, vs = src
+            plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
+            src = self._source_serdes[raw.topic] = (node, *self._serdes(node), plain_ts)
+        node, ks, vs, plain_ts = src
         self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
         self._current_raw = raw
         try:
@@ -360,9 +362,11 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
             self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
             return
-        ts = self._extract_timestamp(node, raw, key, value)
-        if ts is None:
-            return
+        ts = raw.timestamp
+        if not plain_ts or type(ts) is not int or ts < 0:
+            ts = self._extract_timestamp(node, raw, key, value)
+            if ts is None:
+                return
         if ts > self.stream_time:
             self.stream_time = ts
         counters = self.metrics.counters
