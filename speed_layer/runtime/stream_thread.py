@@ -505,10 +505,35 @@ class StreamThread(threading.Thread):
             raise exc
         self._add_records(msgs)
         self._pause_resume()
+        self._restore_metadata()
         self._process()
         self._punctuate()
         if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
+
+    def _restore_metadata(self) -> None:
+        """Tasks created since the last loop read the metadata committed with their offsets
+        (Kafka's ``StreamTask#initializeMetadata``, KIP-825) before their first record: the
+        stream time and the processor metadata (the last emit time of ON_WINDOW_CLOSE
+        aggregations)."""
+        fresh = [t for t in self.tasks.values() if not t.metadata_restored]
+        if not fresh:
+            return
+        assert self.consumer is not None
+        tps = [tp for t in fresh for tp in self.task_tps[t.task_id]]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                res = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if time.monotonic() > deadline or not isinstance(err, KafkaError) or not (err.retriable() or err.code() in _COORDINATOR_ERRORS):
+                    raise StreamsException(f"cannot read the committed offsets of {self.config.application_id}: {exc}") from exc
+                time.sleep(0.2)
+        meta = {(r.topic, r.partition): r.metadata for r in res if r.offset >= 0}
+        for t in fresh:
+            t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
 
     def _add_records(self, msgs: list[Any]) -> None:
         """Buffer consumed records in their tasks' partition queues; note ends of
@@ -732,13 +757,19 @@ class StreamThread(threading.Thread):
                     tp = (pos.topic, pos.partition)
                     offsets[tp] = max(offsets.get(tp, -1), pos.offset)
         changed = {tp: off for tp, off in offsets.items() if off > self.committed.get(tp, -1)}
+        for task in self.tasks.values():
+            if task.processor_metadata_needs_commit:
+                # Kafka commits a task whose processor metadata changed (ProcessorMetadata#needsCommit)
+                for tp in self.task_tps[task.task_id]:
+                    off = offsets.get(tp, self.committed.get(tp, -1))
+                    if off >= 0:
+                        changed.setdefault(tp, off)
         if changed:
             log.debug("%s: committing %s", self.name, changed)
         if self.eos:
             try:
                 if changed:
-                    self.producer.send_offsets_to_transaction(
-                        [TopicPartition(t, p, o) for (t, p), o in changed.items()], self.consumer.consumer_group_metadata(), 30)
+                    self.producer.send_offsets_to_transaction(self._committable(changed), self.consumer.consumer_group_metadata(), 30)
                 self.producer.commit_transaction(60)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
@@ -752,10 +783,13 @@ class StreamThread(threading.Thread):
             self.collector.flush()
             if changed:
                 try:
-                    self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in changed.items()], asynchronous=False)
+                    self.consumer.commit(offsets=self._committable(changed), asynchronous=False)
                 except KafkaException as exc:
                     raise StreamsException(f"committing offsets of {self.name} failed: {exc}") from exc
         self.committed.update(changed)
+        if changed:
+            for task in self.tasks.values():
+                task.processor_metadata_needs_commit = False
         if changed or force:
             self.commit_total += 1
         if not self.eos:
@@ -763,6 +797,16 @@ class StreamThread(threading.Thread):
                 self._checkpoint(tid)
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
+
+    def _committable(self, offsets: dict[TP, int]) -> list[TopicPartition]:
+        """Offsets with their metadata (Kafka's ``StreamTask#committableOffsetsAndMetadata``:
+        ``TopicPartitionMetadata`` of the partition time and the processor metadata)."""
+        tp_task = self.tp_task
+        out = []
+        for (t, p), o in offsets.items():
+            task = tp_task.get((t, p))
+            out.append(TopicPartition(t, p, o) if task is None else TopicPartition(t, p, o, metadata=task.commit_metadata()))
+        return out
 
     def _purge_repartition_topics(self) -> None:
         """Delete consumed records of repartition topics up to the committed offsets

@@ -9,7 +9,10 @@ stores and returns the offsets to commit.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import heapq
+import struct
 import logging
 import traceback
 from collections import deque
@@ -88,6 +91,50 @@ class _Punctuation(Cancellable):
         self.due = nxt
 
 
+#: Kafka's ``RecordQueue.UNKNOWN``: no partition time
+UNKNOWN_PARTITION_TIME = -1
+
+
+def encode_commit_metadata(partition_time: int, processor_metadata: dict[str, int]) -> str:
+    """Kafka's ``TopicPartitionMetadata#encode`` (version 2, KIP-825), the metadata string
+    committed with each input partition's offset: base64 of the magic byte 2, the partition
+    time (8 bytes, big endian), then ``ProcessorMetadata#serialize`` (nothing when empty,
+    else the entry count, and per entry the key's UTF-8 length, the key and the value)."""
+    out = [struct.pack(">bq", 2, partition_time)]
+    if processor_metadata:
+        out.append(struct.pack(">i", len(processor_metadata)))
+        for key, value in processor_metadata.items():
+            kb = key.encode()
+            out.append(struct.pack(">i", len(kb)) + kb + struct.pack(">q", value))
+    return base64.b64encode(b"".join(out)).decode("ascii")
+
+
+def decode_commit_metadata(encoded: str | None) -> tuple[int, dict[str, int]]:
+    """Kafka's ``TopicPartitionMetadata#decode``: ``(partition time, processor metadata)``;
+    version 1 has the partition time only; an empty, unknown-version or invalid string
+    gives ``(UNKNOWN_PARTITION_TIME, {})``."""
+    if not encoded:
+        return UNKNOWN_PARTITION_TIME, {}
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+        if not raw or raw[0] not in (1, 2):
+            return UNKNOWN_PARTITION_TIME, {}
+        (partition_time,) = struct.unpack_from(">q", raw, 1)
+        meta: dict[str, int] = {}
+        if raw[0] == 2 and len(raw) > 9:
+            (n,) = struct.unpack_from(">i", raw, 9)
+            pos = 13
+            for _ in range(n):
+                (klen,) = struct.unpack_from(">i", raw, pos)
+                key = raw[pos + 4:pos + 4 + klen].decode()
+                (value,) = struct.unpack_from(">q", raw, pos + 4 + klen)
+                meta[key] = value
+                pos += 12 + klen
+        return partition_time, meta
+    except (binascii.Error, struct.error, UnicodeDecodeError, ValueError):
+        return UNKNOWN_PARTITION_TIME, {}
+
+
 class _NodeContext(ProcessorContext):
     """The ProcessorContext a task gives one of its processors."""
 
@@ -128,6 +175,18 @@ class _NodeContext(ProcessorContext):
 
     def commit(self) -> None:
         self._task.commit_requested = True
+
+    def processor_metadata_for_key(self, key: str) -> int | None:
+        """Kafka's ``InternalProcessorContext#processorMetadataForKey``: the task's value
+        for ``key``, restored from the metadata committed with its offsets (KIP-825)."""
+        return self._task.processor_metadata.get(key)
+
+    def add_processor_metadata_key_value(self, key: str, value: int) -> None:
+        """Kafka's ``InternalProcessorContext#addProcessorMetadataKeyValue``: committed with
+        the task's offsets at its next commit."""
+        task = self._task
+        task.processor_metadata[key] = value
+        task.processor_metadata_needs_commit = True
 
     def record_metadata(self) -> RecordMetadata | None:
         return self._task.current_metadata
@@ -226,6 +285,12 @@ class StreamTask:
         #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[SinkOp, str, Serde[Any], Serde[Any]]] = {}
         self._process_key = (task_id, "process")
+        #: Kafka's ``ProcessorMetadata`` (KIP-825; the last emit time of ON_WINDOW_CLOSE
+        #: aggregations by store), committed with the offsets (:meth:`commit_metadata`)
+        self.processor_metadata: dict[str, int] = {}
+        self.processor_metadata_needs_commit = False
+        #: whether the metadata committed with its offsets was read back (:meth:`restore_metadata`)
+        self.metadata_restored = False
 
     @property
     def current_metadata(self) -> RecordMetadata | None:
@@ -507,3 +572,33 @@ class StreamTask:
         self.flush()
         self.commit_requested = False
         return dict(self.consumed_offsets)
+
+    def commit_metadata(self) -> str:
+        """The metadata committed with each of the task's offsets (Kafka's
+        ``StreamTask#committableOffsetsAndMetadata``: ``TopicPartitionMetadata`` of the
+        partition time and the processor metadata). duet keeps one stream time per task:
+        it is committed as each partition's time (restored, Kafka's task stream time is the
+        maximum of its partitions' times: the same value)."""
+        return encode_commit_metadata(self.stream_time, self.processor_metadata)
+
+    def restore_metadata(self, committed: dict[tuple[str, int], str | None]) -> None:
+        """Kafka's ``StreamTask#initializeMetadata``: from the metadata committed with the
+        task's offsets, the stream time (the partitions' maximum) and the processor
+        metadata (merged by key, the maximum wins, ``ProcessorMetadata#update``); then the
+        processors that read processor metadata in ``init`` read it again."""
+        self.metadata_restored = True
+        changed = False
+        for encoded in committed.values():
+            partition_time, meta = decode_commit_metadata(encoded)
+            if partition_time > self.stream_time:
+                self.stream_time = partition_time
+            for key, value in meta.items():
+                old = self.processor_metadata.get(key)
+                if old is None or old < value:
+                    self.processor_metadata[key] = value
+                    changed = True
+        if changed:
+            for p in self.processors.values():
+                hook = getattr(p, "restore_processor_metadata", None)
+                if hook is not None:
+                    hook()

@@ -89,8 +89,29 @@ class _EmitOnWindowClose(_Forwarding):
             # Kafka: a TimestampedTupleForwarder without the store: no cache flush listener
             self.send_old = bool(getattr(self.op, "send_old_values", True))
             self.caching = False
+            self.restore_processor_metadata()
         else:
             self._install_flush(self.store)
+
+    def restore_processor_metadata(self) -> None:
+        """KIP-825: the last emit close time committed with the task's offsets (processor
+        metadata under the store's name), so that a restarted task does not emit again the
+        windows it emitted before (Kafka's AbstractKStreamTimeWindowAggregateProcessor#init
+        and KStreamSessionWindowAggregate's, ``processorMetadataForKey(storeName)``)."""
+        if not self.emit_final:
+            return
+        lookup = getattr(self.context, "processor_metadata_for_key", None)
+        last = None if lookup is None else lookup(self.op.store)
+        if last is not None:
+            self.last_emit_window_close_time = last
+
+    def _emitted(self, close_time: int) -> None:
+        """Note the close time emitted up to, in the task's processor metadata too (Kafka's
+        ``addProcessorMetadataKeyValue(storeName, windowCloseTime)``, committed with the offsets)."""
+        self.last_emit_window_close_time = close_time
+        add = getattr(self.context, "add_processor_metadata_key_value", None)
+        if add is not None:
+            add(self.op.store, close_time)
 
     def _emit_lower(self, close_time: int) -> int:
         raise NotImplementedError
@@ -125,7 +146,7 @@ class _EmitOnWindowClose(_Forwarding):
         for key, start, vt in self._closed_windows(lower, upper):
             window = Window(start, start + self.store.window_size_ms)
             self.forward(Record(Windowed(key, window), Change(vt.value, None), vt.timestamp, record.headers))
-        self.last_emit_window_close_time = close_time
+        self._emitted(close_time)
 
     def _closed_windows(self, lower: int, upper: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
         """The store's windows starting in ``[lower, upper]`` by start, then key bytes.
@@ -311,4 +332,4 @@ class SessionWindowAggregateProcessor(_EmitOnWindowClose):
         rows.sort(key=lambda r: (r[0].window.end, r[0].window.start, ser(r[0].key) or b""))
         for session, value in rows:
             self.forward(Record(session, Change(value, None), session.window.end, record.headers))
-        self.last_emit_window_close_time = close_time
+        self._emitted(close_time)
