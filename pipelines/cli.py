@@ -157,10 +157,10 @@ def run(
     ] = False,
     backlog: Annotated[
         bool,
-        typer.Option("--backlog", help="Load everything before the speed layer starts (it then catches up on a "
-                     "backlog and drops many records as late behind the repartition); default: replay the "
-                     "flights live, at the speed layer's pace."),
-    ] = False,
+        typer.Option("--backlog/--replay", help="--backlog (default): load everything, then the speed layer catches "
+                     "up on it as a backlog (in timestamp order through the repartitions; the faster of the two); "
+                     "--replay: replay the flights live, at the speed layer's pace (its lag is a live stream's)."),
+    ] = True,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds the speed layer may take to catch up.")] = 3600.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
