@@ -32,6 +32,9 @@ class StreamsConfig(BaseModel):
     application_id: str = Field("duet-test", alias="application.id", min_length=1)
     bootstrap_servers: str = Field("", alias="bootstrap.servers")
     num_stream_threads: int = Field(1, alias="num.stream.threads", ge=1)
+    #: Kafka's ``num.standby.replicas``: warm copies of each task's persistent stores kept
+    #: on other instances from the changelogs (``speed_layer.runtime.standby``)
+    num_standby_replicas: int = Field(0, alias="num.standby.replicas", ge=0)
     processing_guarantee: ProcessingGuarantee = Field("at_least_once", alias="processing.guarantee")
     commit_interval_ms: int = Field(30_000, alias="commit.interval.ms", ge=0)
     state_dir: Path | None = Field(None, alias="state.dir")

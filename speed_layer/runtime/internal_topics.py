@@ -89,6 +89,32 @@ class TopologyPlan:
                 return f"{sid}_{partition}"
         return None
 
+    def lead_topic(self, subtopology_id: int) -> str:
+        """The source topic that stands for the sub-topology's tasks in the consumer group:
+        the one with the most partitions (the task count), the first by name among equals.
+        Partition ``p`` of it is task ``<sub-topology>_<p>``."""
+        topics = self.sources[subtopology_id]
+        n = self.task_counts[subtopology_id]
+        return min(t for t in topics if self.partitions.get(t) == n)
+
+    def lead_topics(self) -> list[str]:
+        """The topics the stream threads subscribe to: one lead topic per sub-topology
+        (see :meth:`lead_topic`)."""
+        return sorted(self.lead_topic(sid) for sid in self.sources if sid in self.task_counts)
+
+    def task_of_lead(self, topic: str, partition: int) -> str | None:
+        """The task a partition of a lead topic stands for (None for another topic)."""
+        for sid in self.sources:
+            if sid in self.task_counts and self.lead_topic(sid) == topic:
+                return f"{sid}_{partition}"
+        return None
+
+    def task_partitions(self, task_id: str) -> list[tuple[str, int]]:
+        """Every source partition task ``<sub-topology>_<p>`` reads: partition ``p`` of each
+        source topic of its sub-topology that has one (Kafka's ``PartitionGrouper``)."""
+        sid, p = (int(x) for x in task_id.split("_"))
+        return [(t, p) for t in sorted(self.sources[sid]) if p < self.partitions.get(t, 0)]
+
     def input_topics(self) -> list[str]:
         """Source topics read by tasks (user topics and repartition topics), full names."""
         return sorted({t for ts in self.sources.values() for t in ts})

@@ -44,9 +44,11 @@ from ..windows import Window, Windowed
 from .admin import TopicError, admin_client, ensure_topics
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
-from .metadata import SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, group_streams_metadata, key_query_metadata
+from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, describe_members, group_streams_metadata,
+                       key_query_metadata, standby_hosts_of)
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
+from .standby import StandbyUpdater
 from .stream_thread import StreamThread
 
 log = logging.getLogger("speed_layer.streams")
@@ -103,6 +105,7 @@ class KafkaStreams:
         self.partition_counts = PartitionCounts(cfg.bootstrap_servers)
         self.global_stores: dict[str, Any] = {}
         self._global: GlobalStateUpdater | None = None
+        self._standby: StandbyUpdater | None = None
         self._threads: list[StreamThread] = []
         self._dead_metrics: list[Any] = []
         self._state = "CREATED"
@@ -285,12 +288,6 @@ class KafkaStreams:
         internal = set(self.topology.internal_topics)
         user_sources = {t for sub in self.topology.subtopologies() for t in sub.source_topics if t not in internal}
         self.plan = plan_topology(self.topology, cfg.application_id, {t: count(t) for t in user_sources})
-        for sid, topics in self.plan.sources.items():
-            counts = {t: self.plan.partitions[t] for t in topics}
-            if len(set(counts.values())) > 1:
-                log.warning("sub-topology %d reads topics with different partition counts %s: run a single instance with one "
-                            "stream thread, or the range assignment may split its tasks (see speed_layer.runtime.stream_thread)",
-                            sid, counts)
         missing_globals = sorted(s.global_topic for s in self.topology.global_stores().values() if s.global_topic and count(s.global_topic) is None)
         if missing_globals:
             raise TopologyException(f"Missing global source topic(s) {missing_globals}: create them before starting the application")
@@ -316,10 +313,16 @@ class KafkaStreams:
             self.global_stores = self._global.stores
             self._global.bootstrap()
             self._global.start()
+        if cfg.num_standby_replicas > 0:
+            sconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-standby-consumer")
+            sconf.update(self.client_overrides("consumer."))
+            self._standby = StandbyUpdater(self, sconf, self._admin_client(), lambda exc: self._on_thread_error(None, exc))
         with self._lock:
             self._threads = [StreamThread(self, i + 1) for i in range(cfg.num_stream_threads)]
             for t in self._threads:
                 t.start()
+        if self._standby is not None:
+            self._standby.start()
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop gracefully: each thread commits, writes checkpoints and closes its stores;
@@ -354,6 +357,8 @@ class KafkaStreams:
                 continue
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             ok = ok and not t.is_alive()
+        if self._standby is not None:
+            self._standby.shutdown(30.0 if deadline is None else max(0.1, deadline - time.monotonic()))
         if self._global is not None:
             try:
                 self._global.shutdown(30.0 if deadline is None else max(0.1, deadline - time.monotonic()))
@@ -406,6 +411,11 @@ class KafkaStreams:
                     out.append(st)
         return out
 
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            self._admin = admin_client(self.config.bootstrap_servers, self.client_overrides("admin."))
+        return self._admin
+
     def streams_metadata(self) -> list[StreamsMetadata]:
         """Every running instance of this application that set ``application.server``, with
         the stores and source partitions it hosts (Kafka's ``KafkaStreams#metadataForAllStreamsClients``),
@@ -416,10 +426,8 @@ class KafkaStreams:
                 described (the message says why).
         """
         self._validate_running_metadata()
-        if self._admin is None:
-            self._admin = admin_client(self.config.bootstrap_servers)
         try:
-            return group_streams_metadata(self._admin, self.plan, self.global_stores)
+            return group_streams_metadata(self._admin_client(), self.plan, self.global_stores)
         except KafkaException as exc:
             raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
 
@@ -449,7 +457,14 @@ class KafkaStreams:
         if serializer is None:
             serializer = self.topology.stores[store].key_serde or self.config.default_key_serde
         key_bytes = serializer.serialize(key) if hasattr(serializer, "serialize") else serializer(key)
-        return key_query_metadata(self.plan, self.streams_metadata(), store, key_bytes)
+        self._validate_running_metadata()
+        try:
+            members = describe_members(self._admin_client(), self.config.application_id)
+        except KafkaException as exc:
+            raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
+        metadata = group_streams_metadata(None, self.plan, self.global_stores, members=members)
+        standbys = standby_hosts_of(self.plan, members, self.config.num_standby_replicas)
+        return key_query_metadata(self.plan, metadata, store, key_bytes, standbys)
 
     def _known_store(self, store: str) -> None:
         if store not in self.topology.stores:
@@ -458,6 +473,24 @@ class KafkaStreams:
     def _validate_running_metadata(self) -> None:
         if self._state not in ("RUNNING", "REBALANCING") or self.plan is None:
             raise StreamsException(f"KafkaStreams is not running. State is {self._state}.")
+
+    def standby_tasks(self) -> list[str]:
+        """The ids of the standby tasks this instance keeps (``num.standby.replicas``; Kafka's
+        ``ThreadMetadata#standbyTasks`` over all threads)."""
+        return self._standby.standby_task_ids() if self._standby is not None else []
+
+    # -- called by the stream threads (standby handover, see .standby)
+    def _standby_claim(self, task_id: str) -> None:
+        if self._standby is not None:
+            self._standby.claim(task_id)
+
+    def _standby_release(self, task_id: str) -> None:
+        if self._standby is not None:
+            self._standby.release(task_id)
+
+    def _standby_refresh(self) -> None:
+        if self._standby is not None:
+            self._standby.request_refresh()
 
     def local_thread_metadata(self) -> list[dict[str, Any]]:
         """``[{"thread": name, "state": ..., "active_tasks": [task ids]}]``."""

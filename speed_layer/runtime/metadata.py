@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .internal_topics import TopologyPlan
 
-__all__ = ["HostInfo", "StreamsMetadata", "KeyQueryMetadata", "SERVER_SEPARATOR", "group_streams_metadata",
-           "key_query_metadata"]
+__all__ = ["HostInfo", "StreamsMetadata", "KeyQueryMetadata", "SERVER_SEPARATOR", "GroupMember", "describe_members",
+           "group_streams_metadata", "key_query_metadata", "standby_assignment", "standby_hosts_of"]
 
 #: Between the client id and ``application.server`` in a stream thread consumer's ``client.id``.
 SERVER_SEPARATOR = "@"
@@ -76,7 +76,7 @@ class StreamsMetadata:
 @dataclass(frozen=True)
 class KeyQueryMetadata:
     """Where a key of a store lives (Kafka's ``KeyQueryMetadata``): the active host, the
-    standby hosts (none: duet has no standby replicas yet) and the partition."""
+    hosts keeping a standby of its task (``num.standby.replicas``) and the partition."""
 
     active_host: HostInfo
     standby_hosts: frozenset[HostInfo]
@@ -107,42 +107,127 @@ def stores_of(plan: TopologyPlan, partitions: Iterable[tuple[str, int]]) -> froz
     return frozenset(s for s, sid in plan.store_subtopology.items() if any(t_sid == sid for t_sid, _ in tasks))
 
 
-def group_streams_metadata(admin: object, plan: TopologyPlan, global_stores: Iterable[str],
-                           timeout_s: float = 10.0) -> list[StreamsMetadata]:
-    """Every instance of the group ``plan.application_id`` that published an
-    ``application.server``, sorted by host.
+@dataclass(frozen=True)
+class GroupMember:
+    """A stream thread's consumer in the application's group.
+
+    Attributes:
+        client_id: its ``client.id``.
+        process_id: the instance's process id (from the client id), shared by its threads.
+        host: its ``application.server``, None when not set.
+        partitions: the lead-topic partitions assigned to it, ``(topic, partition)``: one per
+            active task (see ``TopologyPlan.lead_topic``).
+    """
+
+    client_id: str
+    process_id: str
+    host: HostInfo | None
+    partitions: frozenset[tuple[str, int]]
+
+
+def process_of(application_id: str, client_id: str) -> str | None:
+    """The process id in a stream thread consumer's ``client.id``
+    (``<application.id>-<process id>-StreamThread-<n>-consumer[@host:port]``), else None."""
+    base = client_id.rpartition(SERVER_SEPARATOR)[0] or client_id
+    prefix = f"{application_id}-"
+    if not base.startswith(prefix) or "-StreamThread-" not in base:
+        return None
+    return base[len(prefix):].rpartition("-StreamThread-")[0] or None
+
+
+def describe_members(admin: object, application_id: str, timeout_s: float = 10.0) -> list[GroupMember]:
+    """The stream-thread members of group ``application_id`` and their assignments, sorted
+    by client id (``describe_consumer_groups``: the group coordinator's view).
 
     Raises:
         confluent_kafka.KafkaException: the group cannot be described.
     """
-    group = plan.application_id
-    description = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result()  # type: ignore[attr-defined]
-    by_host: dict[HostInfo, tuple[set[tuple[str, int]], list[str]]] = {}
+    description = admin.describe_consumer_groups([application_id], request_timeout=timeout_s)[application_id].result()  # type: ignore[attr-defined]
+    out = []
     for member in description.members:
-        host = server_of(member.client_id)
-        if host is None:
+        process = process_of(application_id, member.client_id)
+        if process is None:
             continue
-        parts, ids = by_host.setdefault(host, (set(), []))
+        parts = frozenset((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) if member.assignment else frozenset()
+        out.append(GroupMember(member.client_id, process, server_of(member.client_id), parts))
+    return sorted(out, key=lambda m: m.client_id)
+
+
+def standby_assignment(plan: TopologyPlan, members: Iterable[GroupMember], num_standby_replicas: int) -> dict[str, tuple[str, ...]]:
+    """Task id -> the process ids that keep a standby of it (Kafka's ``num.standby.replicas``).
+
+    Every instance computes the same answer from the group's assignment: the candidates of
+    a task are the processes other than its active one, sorted; the task takes
+    ``num.standby.replicas`` of them (fewer when there are not enough), starting at
+    ``index of the task mod candidates``, so standbys spread evenly. Tasks without an
+    active owner (mid-rebalance) get none. As Kafka's assignor, a standby never sits on
+    the instance of the active task.
+    """
+    members = list(members)
+    processes = sorted({m.process_id for m in members})
+    active: dict[str, str] = {}
+    for m in members:
+        for t, p in m.partitions:
+            tid = plan.task_of_lead(t, p)
+            if tid is not None:
+                active[tid] = m.process_id
+    out: dict[str, tuple[str, ...]] = {}
+    if num_standby_replicas <= 0:
+        return out
+    for i, (tid, _, _) in enumerate(plan.tasks()):
+        owner = active.get(tid)
+        if owner is None:
+            continue
+        candidates = [p for p in processes if p != owner]
+        k = min(num_standby_replicas, len(candidates))
+        if k:
+            out[tid] = tuple(candidates[(i + j) % len(candidates)] for j in range(k))
+    return out
+
+
+def group_streams_metadata(admin: object, plan: TopologyPlan, global_stores: Iterable[str],
+                           timeout_s: float = 10.0, members: list[GroupMember] | None = None) -> list[StreamsMetadata]:
+    """Every instance of the group ``plan.application_id`` that published an
+    ``application.server``, sorted by host (``members``: an already read
+    :func:`describe_members`).
+
+    Raises:
+        confluent_kafka.KafkaException: the group cannot be described.
+    """
+    if members is None:
+        members = describe_members(admin, plan.application_id, timeout_s)
+    by_host: dict[HostInfo, tuple[set[tuple[str, int]], list[str]]] = {}
+    for member in members:
+        if member.host is None:
+            continue
+        parts, ids = by_host.setdefault(member.host, (set(), []))
         ids.append(member.client_id)
-        if member.assignment is not None:
-            parts.update((tp.topic, tp.partition) for tp in member.assignment.topic_partitions)
+        parts.update(member.partitions)
     globals_ = frozenset(global_stores)
     return [StreamsMetadata(host, stores_of(plan, parts) | globals_, frozenset(parts), tuple(sorted(ids)))
             for host, (parts, ids) in sorted(by_host.items())]
 
 
 def key_query_metadata(plan: TopologyPlan, metadata: list[StreamsMetadata], store: str,
-                       key_bytes: bytes) -> KeyQueryMetadata:
+                       key_bytes: bytes, standby_hosts: dict[str, frozenset[HostInfo]] | None = None) -> KeyQueryMetadata:
     """The instance hosting ``key_bytes`` of ``store`` among ``metadata``
     (``KeyQueryMetadata.NOT_AVAILABLE`` while no instance owns its partition, e.g. during a
-    rebalance)."""
+    rebalance); ``standby_hosts``: task id -> the hosts of its standbys."""
     from .partitioning import partition_for_key
 
     sid = plan.store_subtopology[store]
     topics = plan.sources[sid]
     n = plan.task_counts[sid]
     partition = partition_for_key(key_bytes, n)
+    standbys = (standby_hosts or {}).get(f"{sid}_{partition}", frozenset())
     for md in metadata:
         if any((t, partition) in md.topic_partitions for t in topics):
-            return KeyQueryMetadata(md.host_info, frozenset(), partition)
-    return KeyQueryMetadata(UNAVAILABLE, frozenset(), partition)
+            return KeyQueryMetadata(md.host_info, standbys, partition)
+    return KeyQueryMetadata(UNAVAILABLE, standbys, partition)
+
+
+def standby_hosts_of(plan: TopologyPlan, members: list[GroupMember], num_standby_replicas: int) -> dict[str, frozenset[HostInfo]]:
+    """Task id -> the ``application.server`` of the instances keeping a standby of it."""
+    hosts = {m.process_id: m.host for m in members if m.host is not None}
+    return {tid: frozenset(hosts[p] for p in procs if p in hosts)
+            for tid, procs in standby_assignment(plan, members, num_standby_replicas).items()}

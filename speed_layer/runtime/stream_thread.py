@@ -14,15 +14,18 @@ updates) and stores; at-least-once then flushes the producer, commits the next o
 read synchronously, and writes the task checkpoints; exactly-once (``exactly_once_v2``,
 KIP-447) sends the offsets to the open transaction and commits it.
 
-Assignment: the consumer uses the ``range`` assignor. Kafka Streams assigns by *task* with
-its own assignor; librdkafka cannot load one, but ``range`` gives partition ``i`` of every
-equally-partitioned topic to the same member (members sorted the same way for every topic
-they all subscribe to), so a task's co-partitioned inputs stay together. Limitation: with
-several members (threads or instances), every topic read by one sub-topology must have the
-same partition count (otherwise the same task could be created twice). Rebalances are
-eager: on revocation the thread commits and closes its tasks cleanly (checkpoints
-written); on assignment it restores the new tasks from their changelogs before
-processing.
+Assignment (see ``docs/instances.md``): Kafka Streams assigns *tasks* with its own
+assignor, which librdkafka cannot load. duet lets the group assign one partition per task:
+the threads subscribe only to each sub-topology's *lead topic* (its source topic with the
+most partitions, :meth:`TopologyPlan.lead_topic`), so partition ``p`` of it is task
+``<sub-topology>_<p>``, and the thread then fetches partition ``p`` of every source topic of
+that sub-topology too (``incremental_assign``), so a task's co-partitioned inputs are always
+owned together. The assignor is ``cooperative-sticky`` (KIP-429, as Kafka Streams' own
+protocol since 2.4): assignments are balanced by task count over the group's threads and
+sticky, and a rebalance revokes only the tasks that move. On revocation the thread commits
+and closes those tasks cleanly (checkpoints written); on assignment it restores the new
+tasks from their changelogs (from a standby's checkpoint when this instance kept one warm)
+before processing them.
 """
 from __future__ import annotations
 
@@ -128,7 +131,7 @@ class StreamThread(threading.Thread):
             "group.id": self.config.application_id,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "partition.assignment.strategy": "range",
+            "partition.assignment.strategy": "cooperative-sticky",
         })
         cconf.update(s.client_overrides("consumer."))
         self.consumer = Consumer(cconf)
@@ -148,7 +151,7 @@ class StreamThread(threading.Thread):
             self._set_state("STARTING")
             self._setup_clients()
             assert self.consumer is not None
-            topics = self.plan.input_topics()
+            topics = self.plan.lead_topics()
             self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
             while not self._stopping.is_set():
                 self._run_once()
@@ -201,10 +204,23 @@ class StreamThread(threading.Thread):
                 self.restorer = None
 
     # ------------------------------------------------------------------ rebalance callbacks
+    def _expand(self, partitions: list[TopicPartition]) -> dict[str, list[TP]]:
+        """Lead-topic partitions -> {task id: every source partition of the task}."""
+        out: dict[str, list[TP]] = {}
+        for tp in partitions:
+            tid = self.plan.task_of_lead(tp.topic, tp.partition)
+            if tid is None:
+                raise StreamsException(f"{tp.topic}-{tp.partition} is assigned but is no sub-topology's lead topic")
+            out[tid] = self.plan.task_partitions(tid)
+        return out
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Incremental (cooperative) assignment: ``partitions`` are the lead partitions of
+        the tasks this thread gains (often none)."""
         try:
             self._set_state("PARTITIONS_ASSIGNED")
-            tps = [(p.topic, p.partition) for p in partitions]
+            tasks = self._expand(partitions)
+            tps = [tp for task_tps in tasks.values() for tp in task_tps]
             committed = self._committed_offsets(tps)
             assignment = []
             for t, p in tps:
@@ -212,28 +228,47 @@ class StreamThread(threading.Thread):
                 if off is None:
                     off = OFFSET_BEGINNING if self._reset_policy(t) == "earliest" else OFFSET_END
                 assignment.append(TopicPartition(t, p, off))
-            consumer.assign(assignment)
+            if assignment:
+                consumer.incremental_assign(assignment)
             self._create_tasks(tps, committed)
             self._last_commit = time.monotonic()
             self._set_state("RUNNING")
+            self.streams._standby_refresh()
         except BaseException as exc:  # noqa: BLE001 - re-raised from the poll loop
             self._callback_error = exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Cooperative revocation of the tasks whose lead partitions are in ``partitions``:
+        commit, close them cleanly, stop fetching their partitions."""
+        tasks = self._expand(partitions)
         try:
-            if self.tasks:
+            if tasks:
                 self._set_state("PARTITIONS_REVOKED")
-                self._close_tasks(list(self.tasks), clean=True)
+                self._close_tasks([t for t in tasks if t in self.tasks], clean=True)
         except BaseException as exc:  # noqa: BLE001
-            self._close_tasks(list(self.tasks), clean=False)
+            self._close_tasks([t for t in tasks if t in self.tasks], clean=False)
             self._callback_error = exc
+        finally:
+            self._unassign(consumer, tasks)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("stream thread %s lost its partitions (session timed out): closing tasks dirty", self.name)
+        tasks = self._expand(partitions)
         try:
-            self._close_tasks(list(self.tasks), clean=False)
+            self._close_tasks([t for t in tasks if t in self.tasks], clean=False)
         except BaseException as exc:  # noqa: BLE001
             self._callback_error = exc
+        finally:
+            self._unassign(consumer, tasks)
+
+    def _unassign(self, consumer: Consumer, tasks: dict[str, list[TP]]) -> None:
+        tps = [TopicPartition(t, p) for task_tps in tasks.values() for t, p in task_tps]
+        if tps:
+            try:
+                consumer.incremental_unassign(tps)
+            except KafkaException as exc:
+                if self._callback_error is None:
+                    self._callback_error = exc
 
     def _reset_policy(self, topic: str) -> str:
         if topic in self.plan.repartition:
@@ -275,6 +310,7 @@ class StreamThread(threading.Thread):
         sub_id, partition = (int(x) for x in task_id.split("_"))
         sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
         state = self.streams.state_directory
+        self.streams._standby_claim(task_id)  # a warm standby here hands its stores over first
         lock = state.lock_task(task_id)
         task: StreamTask | None = None
         try:
@@ -485,6 +521,7 @@ class StreamThread(threading.Thread):
                     self._paused.discard(tp)
                     self.committed.pop(tp, None)
                 self._task_locks.pop(tid).release()
+                self.streams._standby_release(tid)
 
     # ------------------------------------------------------------------ the loop
     def _run_once(self) -> None:

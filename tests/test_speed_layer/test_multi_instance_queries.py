@@ -100,12 +100,14 @@ def _produce(bootstrap: str, topic: str, rounds: int) -> Counter[str]:
 
 
 def _wait_stable(instances: list[Instance], timeout_s: float = 120) -> None:
-    """Until every instance is RUNNING and the group's assignment names all of them."""
+    """Until every instance is RUNNING and the group's assignment names all of them and every task."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if all(i.streams.state == "RUNNING" for i in instances):
-            hosts = {str(m.host_info) for m in instances[0].streams.streams_metadata() if m.topic_partitions}
-            if hosts == {i.server for i in instances}:
+            metadata = instances[0].streams.streams_metadata()
+            hosts = {str(m.host_info) for m in metadata if m.topic_partitions}
+            # cooperative rebalancing moves a task in two rounds: it is unowned in between
+            if hosts == {i.server for i in instances} and sum(len(m.topic_partitions) for m in metadata) == PARTITIONS:
                 if all(i.streams.wait_until_caught_up(timeout_s=60) for i in instances):
                     return
         time.sleep(0.5)
