@@ -16,7 +16,6 @@ key (none lost, none counted twice). Exits 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -25,6 +24,8 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.faults.outputs import last_values
 
 PARTITIONS = 4
 KEYS = [f"k{i}" for i in range(50)]
@@ -47,31 +48,6 @@ class OutageReport:
     @property
     def exact(self) -> bool:
         return self.state_at_end == "RUNNING" and self.wrong_output_keys == 0 and self.wrong_store_keys == 0
-
-
-def _last_counts(bootstrap: str, topic: str) -> dict[str, int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    from speed_layer.runtime.admin import end_offsets
-
-    ends = end_offsets(bootstrap, topic, committed_only=True)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p, e in ends.items() if e > 0])
-    pending = {p for p, e in ends.items() if e > 0}
-    out: dict[str, int] = {}
-    deadline = time.monotonic() + 120
-    try:
-        while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=1):
-                if msg.error():
-                    pending.discard(msg.partition())
-                    continue
-                out[msg.key().decode()] = json.loads(msg.value())
-    finally:
-        consumer.close()
-    return out
 
 
 def run(broker: object, records: int, pause_s: float, state_dir: Path,
@@ -134,7 +110,7 @@ def run(broker: object, records: int, pause_s: float, state_dir: Path,
         report.catch_up_after_restart_s = time.monotonic() - t0
         report.state_at_end = streams.state
         report.errors += [repr(e) for e in streams.errors]
-        out = _last_counts(bootstrap, f"{name}-out")
+        out = last_values(bootstrap, f"{name}-out")
         report.wrong_output_keys = sum(1 for k in KEYS if out.get(k) != expected[k])
         if streams.state == "RUNNING":
             store = streams.store("counts")

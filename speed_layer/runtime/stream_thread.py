@@ -54,6 +54,8 @@ TP = tuple[str, int]
 UNKNOWN_LAG_WAIT_S = 5.0
 _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+#: offset-commit errors of a group that is rebalancing (the commit is retried later)
+_REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
 #: how long a subscribed topic may be reported missing before the thread fails, s
 MISSING_TOPIC_TIMEOUT_S = 30.0
 #: records processed between two polls of the consumer
@@ -822,6 +824,13 @@ class StreamThread(threading.Thread):
                 try:
                     self.consumer.commit(offsets=self._committable(changed), asynchronous=False)
                 except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if isinstance(err, KafkaError) and err.code() in _REBALANCE_ERRORS:
+                        # Kafka's TaskManager#commit on RebalanceInProgressException: the
+                        # outputs are flushed, the offsets are committed at the next commit
+                        # (or when the rebalance revokes the tasks)
+                        log.info("%s: commit deferred by a rebalance (%s)", self.name, err.str())
+                        return
                     raise StreamsException(f"committing offsets of {self.name} failed: {exc}") from exc
         self.committed.update(changed)
         if changed:

@@ -1,6 +1,8 @@
-"""Three instances of one application on the session broker, each serving interactive queries
-at its ``application.server``: every instance answers every key the same, asking the owner
-when the key is elsewhere; then one instance leaves and the two left answer the same again.
+"""One application scaled 1 -> 3 -> 2 instances under load (exactly_once_v2, one standby
+replica), each instance serving interactive queries at its ``application.server``: the
+tasks split without overlap, every task gets a standby on another instance, every instance
+answers every key the same (asking the owner when the key is elsewhere), and the counts are
+exact after the scale-down.
 
 As Kafka Streams' ``KafkaStreams#queryMetadataForKey`` / ``metadataForAllStreamsClients`` and
 its interactive-query RPC examples."""
@@ -40,7 +42,7 @@ def _free_port() -> int:
 class Instance:
     """A KafkaStreams instance with its interactive-query endpoint (uvicorn in a thread)."""
 
-    def __init__(self, topology: Any, app_id: str, bootstrap: str, state_dir: Path) -> None:
+    def __init__(self, topology: Any, app_id: str, bootstrap: str, state_dir: Path, **extra: Any) -> None:
         import uvicorn
         from fastapi import FastAPI
 
@@ -50,7 +52,7 @@ class Instance:
         self.server = f"127.0.0.1:{self.port}"
         self.streams = KafkaStreams(topology, {"application.id": app_id, "bootstrap.servers": bootstrap,
                                                "state.dir": str(state_dir), "application.server": self.server,
-                                               "commit.interval.ms": 100, "session.timeout.ms": 6000})
+                                               "commit.interval.ms": 100, "session.timeout.ms": 6000, **extra})
         app = FastAPI()
         app.include_router(interactive_router(self.streams))
         self.uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
@@ -85,22 +87,46 @@ def topology_and_input(kafka_bootstrap: str, unique_name: str) -> tuple[Any, str
     return b.build(), topic
 
 
-def _produce(bootstrap: str, topic: str, rounds: int) -> Counter[str]:
+def _produce(bootstrap: str, topic: str, rounds: int, first_round: int = 0, pause_s: float = 0.0) -> Counter[str]:
     # murmur2, as the Java producer and Kafka Streams (librdkafka defaults to CRC32)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     counts: Counter[str] = Counter()
-    for r in range(rounds):
+    for r in range(first_round, first_round + rounds):
         for i, key in enumerate(KEYS):
             if (i + r) % 3:
                 producer.produce(topic, key=key.encode(), value=json.dumps({"r": r}).encode(),
-                                 timestamp=1_356_998_400_000 + r * HOUR // 2)
+                                 timestamp=1_356_998_400_000 + r * 60_000)  # a minute per round, in order
                 counts[key] += 1
+        producer.poll(0)
+        time.sleep(pause_s)
     assert producer.flush(30) == 0
     return counts
 
 
-def _wait_stable(instances: list[Instance], timeout_s: float = 120) -> None:
-    """Until every instance is RUNNING and the group's assignment names all of them and every task."""
+class Load(threading.Thread):
+    """Produces rounds of records until stopped (the load while instances come and go)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.counts: Counter[str] = Counter()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        r = 100
+        while not self.stopping.is_set():
+            self.counts += _produce(self.bootstrap, self.topic, rounds=5, first_round=r, pause_s=0.05)
+            r += 5
+
+    def stop(self) -> Counter[str]:
+        self.stopping.set()
+        self.join(60)
+        return self.counts
+
+
+def _wait_stable(instances: list[Instance], timeout_s: float = 120, standbys: bool = False) -> None:
+    """Until every instance is RUNNING and the group's assignment names all of them and
+    every task (and, with ``standbys``, every task has a standby on another instance)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if all(i.streams.state == "RUNNING" for i in instances):
@@ -108,10 +134,13 @@ def _wait_stable(instances: list[Instance], timeout_s: float = 120) -> None:
             hosts = {str(m.host_info) for m in metadata if m.topic_partitions}
             # cooperative rebalancing moves a task in two rounds: it is unowned in between
             if hosts == {i.server for i in instances} and sum(len(m.topic_partitions) for m in metadata) == PARTITIONS:
-                if all(i.streams.wait_until_caught_up(timeout_s=60) for i in instances):
-                    return
+                placed = [t for i in instances for t in i.streams.standby_tasks()]
+                if not standbys or sorted(placed) == [f"0_{p}" for p in range(PARTITIONS)]:
+                    if all(i.streams.wait_until_caught_up(timeout_s=60) for i in instances):
+                        return
         time.sleep(0.5)
-    pytest.fail("the instances did not settle")
+    pytest.fail("the instances did not settle: " + repr([(i.server, i.streams.state, i.streams.local_thread_metadata(),
+                                                           i.streams.standby_tasks()) for i in instances]))
 
 
 def _answers(instances: list[Instance], counts: Counter[str]) -> dict[str, set[str]]:
@@ -127,34 +156,44 @@ def _answers(instances: list[Instance], counts: Counter[str]) -> dict[str, set[s
     return answered
 
 
-def test_every_instance_answers_every_key(topology_and_input: tuple[Any, str], kafka_bootstrap: str,
-                                         unique_name: str, tmp_path: Path) -> None:
+def test_scale_1_3_2_under_load(topology_and_input: tuple[Any, str], kafka_bootstrap: str,
+                                unique_name: str, tmp_path: Path) -> None:
     topology, topic = topology_and_input
     counts = _produce(kafka_bootstrap, topic, rounds=6)
-    instances = [Instance(topology, f"{unique_name}-app", kafka_bootstrap, tmp_path / f"state-{i}") for i in range(3)]
+    extra = {"processing.guarantee": "exactly_once_v2", "num.standby.replicas": 1}
+    instances = [Instance(topology, f"{unique_name}-app", kafka_bootstrap, tmp_path / f"state-{i}", **extra) for i in range(3)]
+    load = Load(kafka_bootstrap, topic)
     try:
-        for inst in instances:
+        instances[0].start()
+        _wait_stable(instances[:1])
+        load.start()
+        for inst in instances[1:]:  # 1 -> 3 under load
             inst.start()
-        _wait_stable(instances)
+        _wait_stable(instances, standbys=True)
         metadata = instances[1].streams.streams_metadata()
         assert {str(m.host_info) for m in metadata} == {i.server for i in instances}
         owned = [m.topic_partitions for m in metadata]
         assert sum(len(p) for p in owned) == PARTITIONS and all(owned)  # split, none twice
         assert all({"clicks", "clicks_hourly"} <= m.state_store_names for m in metadata)
-        answered = _answers(instances, counts)
+        for inst in instances:  # a standby never sits with its active task
+            assert not set(inst.streams.standby_tasks()) & {x for th in inst.streams.local_thread_metadata() for x in th["active_tasks"]}
+        for key in KEYS[:10]:
+            md = instances[0].streams.query_metadata_for_key("clicks", key)
+            assert md.available and len(md.standby_hosts) == 1 and md.active_host not in md.standby_hosts
+        # 3 -> 2 under load: the two left take over the third's tasks
+        instances.pop().stop()
+        _wait_stable(instances, standbys=True)
+        counts += load.stop()
+        for inst in instances:
+            assert inst.streams.wait_until_caught_up(timeout_s=60)
+        answered = _answers(instances, counts)  # exact: every record counted once
         owners = Counter(next(iter(h)) for h in answered.values())
-        assert set(owners) == {i.server for i in instances}  # the keys are spread over all three
+        assert set(owners) == {i.server for i in instances}  # the keys are spread over both
         # a key's owner as query_metadata_for_key says, on every instance
         for key in KEYS[:10]:
             hosts = {str(i.streams.query_metadata_for_key("clicks", key).active_host) for i in instances}
             assert hosts == answered[key]
-        # one instance leaves: the two left take over its tasks and answer the same
-        instances.pop().stop()
-        _wait_stable(instances)
-        more = _produce(kafka_bootstrap, topic, rounds=2)
-        for inst in instances:
-            assert inst.streams.wait_until_caught_up(timeout_s=60)
-        _answers(instances, counts + more)
     finally:
+        load.stopping.set()
         for inst in instances:
             inst.stop()
