@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..config import StreamsConfig
 from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TopologyException
@@ -52,6 +52,10 @@ from .standby import StandbyUpdater
 from .stream_thread import StreamThread
 
 log = logging.getLogger("speed_layer.streams")
+
+#: errors while a partition's leader moves (a broker restarting): retried, not raised
+_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                  KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT}
 
 __all__ = [
     "KafkaStreams", "reset_application", "EXCEPTION_HANDLER_RESPONSES", "ReadOnlyKeyValueView", "ReadOnlyWindowView",
@@ -595,7 +599,8 @@ class KafkaStreams:
                         break
                     except KafkaException as exc:
                         err = exc.args[0] if exc.args else None
-                        if err is None or not err.retriable() or time.monotonic() > give_up:
+                        moving = isinstance(err, KafkaError) and err.code() in _LEADER_MOVING
+                        if err is None or not (err.retriable() or moving) or time.monotonic() > give_up:
                             raise
                         time.sleep(0.2)
         return out
@@ -618,11 +623,16 @@ class KafkaStreams:
                     log.debug("caught up (local thread): %s at %d >= %d", tp, progress, end)
                     del pending[tp]
             if remote:
+                # a partition of another member's task, or of a task moving between two
+                # rounds of a cooperative rebalance (owned by nobody): it counts only once
+                # some member owns the task again and its committed offset is at the end
                 try:
+                    owned = {tp for m in describe_members(self._admin_client(), self.config.application_id) for tp in m.partitions}
                     res = probe.committed([TopicPartition(t, p) for t, p in remote], timeout=10)
                 except KafkaException as exc:  # e.g. NOT_COORDINATOR while the group coordinator loads
                     log.debug("committed offsets not available yet: %s", exc)
-                    res = []
+                    owned, res = set(), []
+                res = [r for r in res if self._lead_partition(r.topic, r.partition) in owned]
                 for r in res:
                     if r.error is None and r.offset >= pending[(r.topic, r.partition)]:
                         log.debug("caught up (group offsets): %s-%d at %d >= %d", r.topic, r.partition, r.offset, pending[(r.topic, r.partition)])
@@ -634,6 +644,12 @@ class KafkaStreams:
                 return False
             time.sleep(0.05)
         return True
+
+    def _lead_partition(self, topic: str, partition: int) -> tuple[str, int] | None:
+        """The lead-topic partition of the task reading ``topic``-``partition``."""
+        assert self.plan is not None
+        task = self.plan.task_for(topic, partition)
+        return None if task is None else (self.plan.lead_topic(int(task.split("_")[0])), partition)
 
     def __enter__(self) -> "KafkaStreams":
         return self

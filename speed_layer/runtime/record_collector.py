@@ -133,7 +133,7 @@ class KafkaRecordCollector:
         if self._error is not None:
             err, topic = self._error, self._error_topic
             self._error = None
-            raise StreamsException(f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})")
+            raise StreamsException(f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})") from KafkaException(err)
 
     def discard_error(self) -> KafkaError | None:
         """Forget (and return) the pending delivery error: the sends of an aborted

@@ -33,7 +33,7 @@ import heapq
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -66,8 +66,60 @@ CHECKPOINT_OFFSET_DELTA = 10_000
 #: Kafka's ``repartition.purge.interval.ms`` default (30 s)
 REPARTITION_PURGE_INTERVAL_S = 30.0
 #: How long an exactly-once thread retries aborting a transaction that failed to commit
-#: (s; Kafka Streams' task.timeout.ms default, 5 minutes).
-TASK_TIMEOUT_S = 300.0
+#: before it replaces its producer instead (whose ``init_transactions`` aborts it), s
+ABORT_TIMEOUT_S = 20.0
+#: How long a recovery step (a new transactional producer, reading the committed offsets)
+#: retries while the broker is away, s: Kafka Streams' ``task.timeout.ms`` default (5
+#: minutes). If the steps together outlast ``max.poll.interval.ms`` the consumer leaves the
+#: group, and rejoins at its next poll (its tasks are then closed and assigned again).
+RECOVERY_TIMEOUT_S = 300.0
+
+
+#: producers replaced after a fatal error, kept referenced (see ``_recover_producer``)
+_RETIRED_PRODUCERS: list[Producer] = []
+#: how much longer than its own timeout a transactional call may take before it is
+#: considered hung (see :func:`_watchdog`), s
+WATCHDOG_GRACE_S = 30.0
+
+
+def _watchdog(what: str, call: Callable[[], None], timeout_s: float) -> None:
+    """Run a transactional producer call that takes a timeout, but give up on it when it
+    has not returned ``WATCHDOG_GRACE_S`` after that timeout. librdkafka 2.16 can block
+    forever in ``send_offsets_to_transaction`` after the transaction coordinator timed out
+    (seen in ``bench/faults/broker_outage.py``); the stuck call is left in its daemon
+    thread and the producer is replaced.
+
+    Raises:
+        KafkaException: the call's own error, or a fatal ``_TIMED_OUT`` when it hung.
+    """
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, name=what, daemon=True)
+    worker.start()
+    worker.join(timeout_s + WATCHDOG_GRACE_S)
+    if not outcome:
+        log.error("%s did not return %.0f s after its %.0f s timeout: replacing the producer", what, WATCHDOG_GRACE_S, timeout_s)
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} hung", fatal=True))
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
+    """The fatal producer error behind ``exc`` (its chain of causes), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        err = seen.args[0] if isinstance(seen, KafkaException) and seen.args else None
+        if isinstance(err, KafkaError) and err.fatal():
+            return err
+        seen = seen.__cause__
+    return None
 
 
 class StreamThread(threading.Thread):
@@ -137,16 +189,32 @@ class StreamThread(threading.Thread):
         })
         cconf.update(s.client_overrides("consumer."))
         self.consumer = Consumer(cconf)
-        pconf = s.producer_config(client_id=f"{client_id}-producer")
+        self._new_producer()
+        rconf = s.consumer_config(client_id=f"{client_id}-restore-consumer")
+        rconf.update(s.client_overrides("consumer."))
+        self.restorer = ChangelogRestorer(rconf)
+
+    def _new_producer(self) -> None:
+        """Create the thread's producer and record collector (exactly-once: a transactional
+        producer with a stable ``transactional.id``; ``init_transactions`` fences any older
+        producer with the same id and aborts its open transaction)."""
+        s = self.streams
+        pconf = s.producer_config(client_id=f"{self.config.application_id}-{s.process_id}-StreamThread-{self.index}-producer")
         if self.eos:
             pconf["transactional.id"] = f"{self.config.application_id}-{s.process_id}-{self.index}"
         self.producer = Producer(pconf)
         if self.eos:
-            self.producer.init_transactions(60)
+            deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+            while True:
+                try:
+                    self.producer.init_transactions(30)
+                    break
+                except KafkaException as exc:  # the coordinator may be loading after a restart
+                    err = exc.args[0] if exc.args else None
+                    if not isinstance(err, KafkaError) or not err.retriable() or time.monotonic() > deadline:
+                        raise
+                    log.warning("%s: init_transactions: %s: retrying", self.name, err.str())
         self.collector = KafkaRecordCollector(self.producer, s.partition_counts, transactional=self.eos)
-        rconf = s.consumer_config(client_id=f"{client_id}-restore-consumer")
-        rconf.update(s.client_overrides("consumer."))
-        self.restorer = ChangelogRestorer(rconf)
 
     def run(self) -> None:
         try:
@@ -156,7 +224,12 @@ class StreamThread(threading.Thread):
             topics = self.plan.lead_topics()
             self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
             while not self._stopping.is_set():
-                self._run_once()
+                try:
+                    self._run_once()
+                except (KafkaException, StreamsException) as exc:
+                    if _fatal_producer_error(exc) is None:
+                        raise
+                    self._recover_producer(exc)
             self._shutdown(clean=True)
         except BaseException as exc:  # noqa: BLE001 - handed to the uncaught exception handler
             self.error = exc
@@ -279,22 +352,52 @@ class StreamThread(threading.Thread):
         policy = getattr(getattr(node, "op", None), "offset_reset", None)
         return str(policy or self.config.auto_offset_reset).lower()
 
-    def _committed_offsets(self, tps: list[TP]) -> dict[TP, int]:
+    def _committed_offsets(self, tps: list[TP], via_admin: bool = False) -> dict[TP, int]:
+        """The group's committed offsets of ``tps`` (absent: none committed); see
+        :meth:`_committed`."""
+        return {(r.topic, r.partition): r.offset for r in self._committed(tps, via_admin) if r.offset >= 0}
+
+    def _committed(self, tps: list[TP], via_admin: bool = False) -> list[TopicPartition]:
+        """The group's committed offsets and metadata of ``tps``, read by the consumer, or
+        with ``via_admin`` by an admin client: after the broker was away the consumer's
+        group coordinator may stay unanswered for longer than a session timeout (seen with
+        librdkafka 2.16 in ``bench/faults/broker_outage.py``), while a fresh admin
+        connection answers.
+
+        Raises:
+            StreamsException: not readable within ``RECOVERY_TIMEOUT_S``.
+        """
         if not tps:
-            return {}
+            return []
         assert self.consumer is not None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
         while True:
             try:
-                res = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
-                break
+                if via_admin:
+                    return self._admin_committed(tps)
+                return list(self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10))
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 # the group coordinator may still be loading (a new broker): retry
                 if time.monotonic() > deadline or not isinstance(err, KafkaError) or not (err.retriable() or err.code() in _COORDINATOR_ERRORS):
                     raise StreamsException(f"cannot read the committed offsets of {self.config.application_id}: {exc}") from exc
                 time.sleep(0.2)
-        return {(r.topic, r.partition): r.offset for r in res if r.offset >= 0}
+
+    def _admin_committed(self, tps: list[TP]) -> list[TopicPartition]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        group = self.config.application_id
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])
+        return list(self._admin_client().list_consumer_group_offsets([request], request_timeout=10)[group].result().topic_partitions)
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            conf = {"bootstrap.servers": self.config.bootstrap_servers, "logger": logging.getLogger("speed_layer.kafka")}
+            conf.update(self.streams.client_overrides("admin."))
+            self._admin = AdminClient(conf)
+        return self._admin
 
     # ------------------------------------------------------------------ tasks
     def _create_tasks(self, tps: list[TP], committed: dict[TP, int]) -> None:
@@ -449,33 +552,77 @@ class StreamThread(threading.Thread):
     def _abort_and_rewind(self, cause: KafkaException) -> None:
         """Exactly-once recovery from a transaction that could not commit but may be aborted
         (e.g. a timeout while the broker did not answer), as Kafka Streams' handling of a
-        ``TaskCorruptedException``: abort the transaction (retrying until
-        ``TASK_TIMEOUT_S``), close the tasks dirty (their stores hold uncommitted writes and
+        ``TaskCorruptedException``: abort the transaction (retrying for ``ABORT_TIMEOUT_S``,
+        then replacing the producer as :meth:`_recover_producer`), close the tasks dirty (their stores hold uncommitted writes and
         have no checkpoint, so they are wiped), seek every input partition back to its
         committed offset and recreate the tasks, which restore from the changelogs
         (read_committed). The aborted outputs are never visible to read_committed readers.
 
         Raises:
-            StreamsException: the abort failed fatally or did not succeed in time.
+            StreamsException: the producer had to be replaced and could not be.
         """
         assert self.producer is not None and self.consumer is not None and self.collector is not None
         log.warning("%s: the transaction could not commit (%s): aborting it and rewinding to the committed offsets",
                     self.name, cause)
-        deadline = time.monotonic() + TASK_TIMEOUT_S
+        deadline = time.monotonic() + ABORT_TIMEOUT_S
         while True:
             try:
-                self.producer.abort_transaction(30)
+                self.producer.abort_transaction(10)
                 break
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if not isinstance(err, KafkaError) or err.fatal() or time.monotonic() > deadline:
-                    raise StreamsException(f"aborting the transaction of {self.name} failed: {exc}") from exc
+                    # the coordinator may have aborted the transaction itself and bumped the
+                    # epoch (fenced), or stays away: a new producer fences the old one
+                    self._recover_producer(exc)
+                    return
                 time.sleep(1)
         self._in_txn = False
         self.collector.discard_error()
+        self._rewind(sorted(self.tp_task))
+
+    def _recover_producer(self, cause: BaseException) -> None:
+        """Recovery from a fatal producer error (e.g. ``OUT_OF_ORDER_SEQUENCE_NUMBER`` after
+        requests timed out while the broker was away, or a fenced producer), as Kafka
+        Streams' ``TaskMigratedException`` handling (``RecordCollectorImpl#recordSendError``
+        treats these errors so): close every task dirty, replace the producer (exactly-once:
+        the new one's ``init_transactions`` aborts the old transaction), rewind to the
+        committed offsets and recreate the tasks, which restore from the changelogs.
+
+        Raises:
+            StreamsException: the new producer could not be created.
+        """
+        log.warning("%s: the producer failed fatally (%s): replacing it and rewinding to the committed offsets", self.name, cause)
+        old = self.producer
         tps = sorted(self.tp_task)
+        self._in_txn = False  # the old transaction cannot be aborted: the new producer fences it
         self._close_tasks(list(self.tasks), clean=False)
-        committed = self._committed_offsets(tps)
+        err = _fatal_producer_error(cause)
+        hung = err is not None and err.code() == KafkaError._TIMED_OUT
+        if old is not None:
+            if not hung:  # (a hung producer is left alone: see _watchdog)
+                try:
+                    old.purge()
+                    old.flush(0)
+                except Exception:  # noqa: BLE001 - the producer is dead anyway
+                    log.debug("purging the failed producer failed", exc_info=True)
+            # never destroyed while the process runs: destroying a transactional producer
+            # whose transaction failed mid-request can abort the process on a librdkafka 2.16
+            # assertion (rd_kafka_enq_once_del_source_return), seen in broker_outage
+            _RETIRED_PRODUCERS.append(old)
+        try:
+            self._new_producer()
+        except KafkaException as exc:
+            raise StreamsException(f"{self.name}: cannot replace the failed producer: {exc}") from exc
+        self._rewind(tps)
+
+    def _rewind(self, tps: list[TP]) -> None:
+        """Close the tasks dirty, seek the input partitions ``tps`` (those the tasks read)
+        back to their committed offsets and recreate the tasks, which restore from the
+        changelogs."""
+        assert self.consumer is not None
+        self._close_tasks(list(self.tasks), clean=False)
+        committed = self._committed_offsets(tps, via_admin=True)
         if tps:
             self.consumer.resume([TopicPartition(t, p) for t, p in tps])
         for t, p in tps:
@@ -560,16 +707,7 @@ class StreamThread(threading.Thread):
             return
         assert self.consumer is not None
         tps = [tp for t in fresh for tp in self.task_tps[t.task_id]]
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                res = self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
-                break
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if time.monotonic() > deadline or not isinstance(err, KafkaError) or not (err.retriable() or err.code() in _COORDINATOR_ERRORS):
-                    raise StreamsException(f"cannot read the committed offsets of {self.config.application_id}: {exc}") from exc
-                time.sleep(0.2)
+        res = self._committed(tps, via_admin=True)
         meta = {(r.topic, r.partition): r.metadata for r in res if r.offset >= 0}
         for t in fresh:
             t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
@@ -807,9 +945,12 @@ class StreamThread(threading.Thread):
             log.debug("%s: committing %s", self.name, changed)
         if self.eos:
             try:
+                producer, metadata = self.producer, self.consumer.consumer_group_metadata()
                 if changed:
-                    self.producer.send_offsets_to_transaction(self._committable(changed), self.consumer.consumer_group_metadata(), 30)
-                self.producer.commit_transaction(60)
+                    positions = self._committable(changed)
+                    _watchdog(f"{self.name}: send_offsets_to_transaction",
+                              lambda: producer.send_offsets_to_transaction(positions, metadata, 30), 30)
+                _watchdog(f"{self.name}: commit_transaction", lambda: producer.commit_transaction(60), 60)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if isinstance(err, KafkaError) and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
@@ -858,24 +999,18 @@ class StreamThread(threading.Thread):
         """Delete consumed records of repartition topics up to the committed offsets
         (Kafka's ``TaskManager#maybePurgeCommittedRecords``, ``repartition.purge.interval.ms``
         30 s). Fire and forget: a failure is logged and retried at the next purge."""
-        from confluent_kafka.admin import AdminClient
-
         self._last_purge = time.monotonic()
         todo = [TopicPartition(t, p, off) for (t, p), off in self.committed.items()
                 if t in self.plan.repartition and off > self._purged.get((t, p), 0)]
         if not todo:
             return
-        if self._admin is None:
-            conf = {"bootstrap.servers": self.config.bootstrap_servers, "logger": logging.getLogger("speed_layer.kafka")}
-            conf.update(self.streams.client_overrides("admin."))
-            self._admin = AdminClient(conf)
 
         def done(fut: Any, tp: TopicPartition = None) -> None:  # type: ignore[assignment]
             if fut.exception() is not None:
                 log.debug("purging %s failed: %s", tp, fut.exception())
 
         try:
-            futures = self._admin.delete_records(todo, request_timeout=30)
+            futures = self._admin_client().delete_records(todo, request_timeout=30)
         except Exception as exc:  # noqa: BLE001 - purging is an optimisation
             log.debug("purging repartition topics failed: %r", exc)
             return
