@@ -320,7 +320,7 @@ class KafkaStreams:
         if cfg.num_standby_replicas > 0:
             sconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-standby-consumer")
             sconf.update(self.client_overrides("consumer."))
-            self._standby = StandbyUpdater(self, sconf, self._admin_client(), lambda exc: self._on_thread_error(None, exc))
+            self._standby = StandbyUpdater(self, sconf, lambda exc: self._on_thread_error(None, exc))
         with self._lock:
             self._threads = [StreamThread(self, i + 1) for i in range(cfg.num_stream_threads)]
             for t in self._threads:
@@ -420,6 +420,12 @@ class KafkaStreams:
             self._admin = admin_client(self.config.bootstrap_servers, self.client_overrides("admin."))
         return self._admin
 
+    def _reset_admin(self) -> None:
+        """Drop the admin client after a failed request: an ``AdminClient`` created before a
+        broker restart keeps timing out on group requests afterwards (librdkafka 2.16), a
+        new one answers at once."""
+        self._admin = None
+
     def streams_metadata(self) -> list[StreamsMetadata]:
         """Every running instance of this application that set ``application.server``, with
         the stores and source partitions it hosts (Kafka's ``KafkaStreams#metadataForAllStreamsClients``),
@@ -433,6 +439,7 @@ class KafkaStreams:
         try:
             return group_streams_metadata(self._admin_client(), self.plan, self.global_stores)
         except KafkaException as exc:
+            self._reset_admin()
             raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
 
     def streams_metadata_for_store(self, store: str) -> list[StreamsMetadata]:
@@ -465,6 +472,7 @@ class KafkaStreams:
         try:
             members = describe_members(self._admin_client(), self.config.application_id)
         except KafkaException as exc:
+            self._reset_admin()
             raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
         metadata = group_streams_metadata(None, self.plan, self.global_stores, members=members)
         standbys = standby_hosts_of(self.plan, members, self.config.num_standby_replicas)
@@ -631,6 +639,7 @@ class KafkaStreams:
                     res = probe.committed([TopicPartition(t, p) for t, p in remote], timeout=10)
                 except KafkaException as exc:  # e.g. NOT_COORDINATOR while the group coordinator loads
                     log.debug("committed offsets not available yet: %s", exc)
+                    self._reset_admin()
                     owned, res = set(), []
                 res = [r for r in res if self._lead_partition(r.topic, r.partition) in owned]
                 for r in res:

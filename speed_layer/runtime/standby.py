@@ -73,14 +73,13 @@ class StandbyUpdater(threading.Thread):
     """Keeps this instance's standby tasks (see the module docstring). Started by
     ``KafkaStreams.start`` when ``num.standby.replicas`` > 0."""
 
-    def __init__(self, streams: "KafkaStreams", consumer_config: dict[str, Any], admin: Any,
+    def __init__(self, streams: "KafkaStreams", consumer_config: dict[str, Any],
                  on_error: Callable[[BaseException], None]) -> None:
         super().__init__(name=f"{streams.config.application_id}-StandbyUpdater", daemon=True)
         self.streams = streams
         self.config = streams.config
         self.plan = streams.plan
         self.topology = streams.topology
-        self._admin = admin
         self._on_error = on_error
         conf = dict(consumer_config)
         conf.update({"enable.auto.commit": False, "enable.partition.eof": False, "auto.offset.reset": "earliest",
@@ -193,8 +192,9 @@ class StandbyUpdater(threading.Thread):
     def _reconcile(self, consumer: Consumer) -> None:
         """Open the standby tasks this instance should keep and close the others."""
         try:
-            members = describe_members(self._admin, self.config.application_id)
+            members = describe_members(self.streams._admin_client(), self.config.application_id)
         except KafkaException as exc:
+            self.streams._reset_admin()
             log.warning("standby updater: cannot describe the group (%s): keeping the current standbys", exc)
             return
         placement = standby_assignment(self.plan, members, self.config.num_standby_replicas)

@@ -388,7 +388,13 @@ class StreamThread(threading.Thread):
 
         group = self.config.application_id
         request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])
-        return list(self._admin_client().list_consumer_group_offsets([request], request_timeout=10)[group].result().topic_partitions)
+        try:
+            return list(self._admin_client().list_consumer_group_offsets([request], request_timeout=10)[group].result().topic_partitions)
+        except KafkaException:
+            # an admin client created before a broker restart keeps timing out on group
+            # requests (librdkafka 2.16): the next attempt uses a new one
+            self._admin = None
+            raise
 
     def _admin_client(self) -> Any:
         if self._admin is None:
