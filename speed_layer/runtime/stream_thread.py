@@ -972,11 +972,13 @@ class StreamThread(threading.Thread):
                     self.consumer.commit(offsets=self._committable(changed), asynchronous=False)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
-                    if isinstance(err, KafkaError) and err.code() in _REBALANCE_ERRORS:
-                        # Kafka's TaskManager#commit on RebalanceInProgressException: the
-                        # outputs are flushed, the offsets are committed at the next commit
-                        # (or when the rebalance revokes the tasks)
-                        log.info("%s: commit deferred by a rebalance (%s)", self.name, err.str())
+                    if isinstance(err, KafkaError) and (err.code() in _REBALANCE_ERRORS or err.code() in _COORDINATOR_ERRORS
+                                                        or err.retriable()):
+                        # Kafka's TaskManager#commit on RebalanceInProgressException and
+                        # TimeoutException (within task.timeout.ms): the outputs are flushed,
+                        # the offsets are committed at the next commit (or when a rebalance
+                        # revokes the tasks)
+                        log.info("%s: commit deferred (%s)", self.name, err.str())
                         return
                     raise StreamsException(f"committing offsets of {self.name} failed: {exc}") from exc
         self.committed.update(changed)
