@@ -349,9 +349,8 @@ def _compile_relational(topology: Topology, requested: list[str], cfg: StreamsCo
             consumers[d] += 1
     for store in requested:
         consumers[writers[store]] += 1
-    src_index: dict[tuple[str, str], int] = {}
-    for node in topology.nodes.values():
-        if isinstance(node.op, ops.SourceOp):
-            for t in node.op.topics:
-                src_index[(node.name, t)] = len(src_index)
+    # numbered by topic name, as the general executor's ``src``: the last tie-breaker of
+    # the batch order (timestamp, table changes first, partition, offset, topic)
+    pairs = [(t, node.name) for node in topology.nodes.values() if isinstance(node.op, ops.SourceOp) for t in node.op.topics]
+    src_index: dict[tuple[str, str], int] = {(n, t): i for i, (t, n) in enumerate(sorted(pairs))}
     return BatchPlan(topology, tuple(requested), tuple(order), {n: deps[n] for n in order}, consumers, cfg, opts, src_index)

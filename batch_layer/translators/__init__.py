@@ -4,10 +4,13 @@
 One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sources),
 ``stateless`` (filter, map, flatMap, peek, branch, merge), ``table`` (KTable filter,
 mapValues, toStream), ``joins`` (stream-table as-of joins), ``table_joins`` (KTable-KTable
-joins' stores), ``aggregate`` (windowed and plain aggregations). An op type missing from
-:data:`TRANSLATORS` (stream-stream joins, foreign-key joins, cogroup, suppress, KTable
-re-grouping, ...) or refused by its translator's ``check``
-has no relational form: ``compile_topology`` then runs the plan on the general executor
+joins' stores), ``aggregate`` (plain, tumbling / hopping and session aggregations),
+``table_aggregate`` (``KTable.group_by`` and KGroupedTable count / reduce / aggregate with
+adder and subtractor). An op type missing from :data:`TRANSLATORS` (stream-stream joins,
+foreign-key joins, cogroup, suppress, ...) or refused by its translator's ``check`` (a user
+Processor, a versioned table re-grouped or joined, a change stream of an aggregation or a
+join, sliding windows, ...) has
+no relational form: ``compile_topology`` then runs the plan on the general executor
 (``batch_layer.general``; docs/batch-executors.md).
 
 Importing this package does not start Spark.
@@ -26,6 +29,7 @@ from .stateless import (
     PassThroughTranslator,
 )
 from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTranslator
+from .table_aggregate import TableAggregateTranslator, TableSelectTranslator
 from .table_joins import TableTableJoinTranslator
 
 
@@ -61,10 +65,12 @@ TRANSLATORS: dict[type, Translator] = {
     ops.StreamTableJoinOp: StreamTableJoinTranslator(),
     ops.AggregateOp: AggregateTranslator(),
     ops.TableTableJoinOp: TableTableJoinTranslator(),
+    ops.TableSelectOp: TableSelectTranslator(),
+    ops.TableAggregateOp: TableAggregateTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store
 VIEW_WRITERS: tuple[type, ...] = (ops.AggregateOp, ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp,
-                                  ops.TableTableJoinOp)
+                                  ops.TableTableJoinOp, ops.TableAggregateOp)
 
 __all__ = ["TRANSLATORS", "VIEW_WRITERS", "Translator", "Unsupported"]

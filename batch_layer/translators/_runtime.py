@@ -560,6 +560,19 @@ def sorted_rows(pdf: pd.DataFrame, group: str, order: list[str], rest: list[str]
     return sorted(zip(*cols), key=itemgetter(*range(n)))
 
 
+def ranked_rows(pdf: pd.DataFrame, group: str, rest: list[str], table_srcs: frozenset[int]) -> list[tuple[Any, ...]]:
+    """:func:`sorted_rows` ``(group, ts, p, o, src, seq, *rest)`` in the batch order of
+    records from several input topics: ``(timestamp, table changes first, partition,
+    offset, topic)`` (``table_srcs``: the ``src`` of the KTable / GlobalKTable topics; the
+    general executor's ``rank``). Without table topics this is :data:`ORDER`."""
+    if not table_srcs:
+        return sorted_rows(pdf, group, ORDER, rest)
+    cols = [pdf[c].tolist() for c in [group, *ORDER, *rest]]
+    rank = [0 if s in table_srcs else 1 for s in cols[4]]
+    order = sorted(range(len(rank)), key=lambda i: (cols[0][i], cols[1][i], rank[i], cols[2][i], cols[3][i], cols[4][i], cols[5][i]))
+    return [tuple(c[i] for c in cols) for i in order]
+
+
 class AsOfJoinGroup(_JoinLogic):
     """``applyInPandas`` over a bucket of join keys (:data:`JOIN_SCHEMA` in, stream frame
     out): per key, rows in ``(ts, side, p, o, src, seq)`` order, carrying the last table
@@ -600,14 +613,16 @@ class _Fold:
     """Base of the aggregation folds: one ``applyInPandas`` call gets a bucket of keys
     (:data:`AGG_SCHEMA`), folded key by key in batch order."""
 
+    #: indexes ``src`` of the KTable / GlobalKTable topics (see :func:`ranked_rows`)
+    table_srcs: frozenset[int] = frozenset()
+
     def __init__(self, node: str, op: Any, errors_acc: Any) -> None:
         self.node, self.op, self.errors_acc = node, op, errors_acc
         self.initializer, self.aggregator = aggregate_functions(op)
 
-    @staticmethod
-    def per_key(pdf: pd.DataFrame) -> Iterator[tuple[bytes, Iterator[tuple[Any, ...]]]]:
+    def per_key(self, pdf: pd.DataFrame) -> Iterator[tuple[bytes, Iterator[tuple[Any, ...]]]]:
         """``(gk, rows)`` with rows ``(gk, ts, p, o, src, seq, k, v)`` in batch order."""
-        return groupby(sorted_rows(pdf, "gk", ORDER, ["k", "v"]), key=itemgetter(0))
+        return groupby(ranked_rows(pdf, "gk", ["k", "v"], self.table_srcs), key=itemgetter(0))
 
     def to_json(self, value: Any, errs: Errors, ident: tuple[int, int, int]) -> str | None:
         try:
@@ -808,9 +823,10 @@ class TableToStreamGroup:
         self.node, self.stages, self.mapper = node, stages, mapper
         self.source_has_store, self.errors_acc = source_has_store, errors_acc
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        errs: Errors = {}
-        out = []
+    def changes(self, pdf: pd.DataFrame, errs: Errors) -> Iterator[tuple[Any, ...]]:
+        """The changes the table forwards, key by key in batch order, as
+        ``(key, new, old, ts, p, o, src, seq)`` (a stage that raises drops the change and
+        counts it at the stage's node)."""
         for _k, recs in groupby(sorted_rows(pdf, "k", ORDER, ["v"]), key=itemgetter(0)):
             prev: Any = None
             stored: list[Any] = [None] * len(self.stages.stages)  # materialized stages' store values
@@ -838,13 +854,21 @@ class TableToStreamGroup:
                             old = stored[i] if materialized else self.stages.apply_one(stage, key, old)
                         if materialized:
                             stored[i] = new
-                    if not forwarded:
-                        continue
-                    node = self.node
-                    out_key = self.mapper(key, new) if self.mapper is not None else key
-                    out.append((None if out_key is None else encode_key(out_key), None if new is None else dumps(new),
-                                ts, p, o, src, seq))
                 except Exception:  # noqa: BLE001
                     add_error(errs, node, (src, p, o))
+                    continue
+                if forwarded:
+                    yield key, new, old, ts, p, o, src, seq
+
+    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        errs: Errors = {}
+        out = []
+        for key, new, _old, ts, p, o, src, seq in self.changes(pdf, errs):
+            try:
+                out_key = self.mapper(key, new) if self.mapper is not None else key
+                out.append((None if out_key is None else encode_key(out_key), None if new is None else dumps(new),
+                            ts, p, o, src, seq))
+            except Exception:  # noqa: BLE001
+                add_error(errs, self.node, (src, p, o))
         flush(self.errors_acc, errs)
         return _stream_frame(out)

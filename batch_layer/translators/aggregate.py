@@ -18,20 +18,24 @@ sees every record).
   are equal, for order-sensitive ones the batch result is the in-order one.
 * Plain: ``groupBy(bucket of key bytes).applyInPandas``, one fold per key.
 
+Per key, records come in batch order ``(timestamp, table changes first, partition, offset,
+topic)`` (``_runtime.ranked_rows``: a KTable's ``toStream`` merged with a stream applies
+the table change first at one timestamp, as the general executor and the driver do).
 Records with a null key or value are skipped (the speed layer drops them too). Sliding
 windows are not translated yet (compile error).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from speed_layer.graph import ops
-from speed_layer.graph.nodes import GraphNode
+from speed_layer.graph.nodes import GraphNode, StoreSpec
 from speed_layer.windows import SessionWindows, TimeWindows
 
 from . import _runtime as rt
-from ._plan import ViewRep
+from ._plan import StreamPipe, ViewRep
 from .base import Translator, Unsupported
+from .sources import table_src_indexes
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
@@ -62,12 +66,24 @@ class AggregateTranslator(Translator):
         op: ops.AggregateOp = node.op
         spec = ctx.plan.topology.stores[op.store]
         stream = ctx.stream(node.parents[0])
-        w = op.windows
-        if isinstance(w, TimeWindows):
-            block = block_ms(w, ctx.plan.options.window_block_ms)
-            prep = stream.materialize(ctx, rt.AggPrepEmitter(node.name, spec.key_serde, w.size_ms, w.advance_ms, block))
-            fn = rt.TimeWindowFold(node.name, op, block, ctx.errors_acc)
-            return ViewRep(prep.groupBy(ctx.bucket("gk"), "blk").applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), node.name)
-        prep = stream.materialize(ctx, rt.AggPrepEmitter(node.name, spec.key_serde, None, None, None))
-        fold = rt.SessionFold(node.name, op, ctx.errors_acc) if isinstance(w, SessionWindows) else rt.PlainFold(node.name, op, ctx.errors_acc)
-        return ViewRep(prep.groupBy(ctx.bucket("gk")).applyInPandas(rt.group_fn(fold), rt.VIEW_SCHEMA), node.name)
+        return fold_view(ctx, node.name, stream, op, spec)
+
+
+def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: StoreSpec) -> ViewRep:
+    """The store of aggregation ``op`` (an ``AggregateOp``, or a cogroup's equivalent) of
+    ``stream`` as a view: the fold of its windows (or none) per key in batch order."""
+    w, key_serde = op.windows, spec.key_serde
+    table_srcs = table_src_indexes(ctx.plan)
+    if isinstance(w, TimeWindows):
+        block = block_ms(w, ctx.plan.options.window_block_ms)
+        prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block))
+        fn: Any = rt.TimeWindowFold(name, op, block, ctx.errors_acc)
+        fn.table_srcs = table_srcs
+        return ViewRep(prep.groupBy(ctx.bucket("gk"), "blk").applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), name)
+    prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, None, None, None))
+    if isinstance(w, SessionWindows):
+        fn = rt.SessionFold(name, op, ctx.errors_acc)
+    else:
+        fn = rt.PlainFold(name, op, ctx.errors_acc)
+    fn.table_srcs = table_srcs
+    return ViewRep(prep.groupBy(ctx.bucket("gk")).applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), name)

@@ -26,6 +26,8 @@ from .base import TABLE_OPS, Translator, Unsupported
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
 
+    from ..compiler import BatchPlan
+
     from ._plan import ExecContext
 
 
@@ -41,6 +43,13 @@ def is_table_source(topology: "Topology", name: str) -> bool:
     """True when every child of source ``name`` is a KTable / global store source."""
     children = [topology.nodes[c] for c in topology.children(name)]
     return bool(children) and all(isinstance(c.op, (ops.TableSourceOp, ops.GlobalStoreOp)) for c in children)
+
+
+def table_src_indexes(plan: "BatchPlan") -> frozenset[int]:
+    """The ``src`` indexes of the topics ``plan`` reads as KTable / GlobalKTable
+    changelogs: at one timestamp their records come before stream records (the batch
+    order's "table changes first"; ``_runtime.ranked_rows``)."""
+    return frozenset(i for (name, _topic), i in plan.src_index.items() if is_table_source(plan.topology, name))
 
 
 class SourceTranslator(Translator):
