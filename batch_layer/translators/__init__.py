@@ -4,12 +4,12 @@
 One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sources),
 ``stateless`` (filter, map, flatMap, peek, branch, merge), ``table`` (KTable filter,
 mapValues, toStream), ``joins`` (stream-table as-of joins), ``table_joins`` (KTable-KTable
-joins' stores), ``aggregate`` (plain, tumbling / hopping and session aggregations),
-``table_aggregate`` (``KTable.group_by`` and KGroupedTable count / reduce / aggregate with
-adder and subtractor). An op type missing from :data:`TRANSLATORS` (stream-stream joins,
-foreign-key joins, cogroup, suppress, ...) or refused by its translator's ``check`` (a user
-Processor, a versioned table re-grouped or joined, a change stream of an aggregation or a
-join, sliding windows, ...) has
+joins' stores), ``aggregate`` (plain, tumbling / hopping, sliding and session
+aggregations), ``cogroup`` (cogrouped aggregations), ``table_aggregate`` (``KTable.group_by``
+and KGroupedTable count / reduce / aggregate with adder and subtractor). An op type missing
+from :data:`TRANSLATORS` (stream-stream joins, foreign-key joins, suppress, ...) or refused
+by its translator's ``check`` (a user Processor, a versioned table re-grouped or joined, a
+cogroup whose inputs share a topic, a change stream of an aggregation or a join, ...) has
 no relational form: ``compile_topology`` then runs the plan on the general executor
 (``batch_layer.general``; docs/batch-executors.md).
 
@@ -22,6 +22,7 @@ from speed_layer.graph.nodes import GraphNode
 
 from .aggregate import AggregateTranslator
 from .base import Translator, Unsupported
+from .cogroup import CogroupTranslator
 from .joins import StreamTableJoinTranslator
 from .sources import GlobalStoreTranslator, SinkTranslator, SourceTranslator, TableSourceTranslator
 from .stateless import (
@@ -67,10 +68,11 @@ TRANSLATORS: dict[type, Translator] = {
     ops.TableTableJoinOp: TableTableJoinTranslator(),
     ops.TableSelectOp: TableSelectTranslator(),
     ops.TableAggregateOp: TableAggregateTranslator(),
+    ops.CogroupOp: CogroupTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store
 VIEW_WRITERS: tuple[type, ...] = (ops.AggregateOp, ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp,
-                                  ops.TableTableJoinOp, ops.TableAggregateOp)
+                                  ops.TableTableJoinOp, ops.TableAggregateOp, ops.CogroupOp)
 
 __all__ = ["TRANSLATORS", "VIEW_WRITERS", "Translator", "Unsupported"]

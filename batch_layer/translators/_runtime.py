@@ -438,21 +438,26 @@ class JoinPrepEmitter(_JoinLogic):
 
 
 class AggPrepEmitter:
-    """Input of an aggregation (:data:`AGG_SCHEMA`): drops null keys and values (as the
-    speed layer's aggregate processors; not errors), computes the store key bytes ``gk`` and,
-    for time windows, one row per block of window starts the record contributes to."""
+    """Input of an aggregation (:data:`AGG_SCHEMA`): drops null keys and, unless
+    ``keep_null_values``, null values (as the speed layer's aggregate processors; not
+    errors: the time and session window processors drop null keys only, as Kafka's
+    KStreamWindowAggregate and KStreamSessionWindowAggregate, and aggregate a null value),
+    computes the store key bytes ``gk`` and, for time windows, one row per block of window
+    starts the record contributes to."""
 
     schema = AGG_SCHEMA
 
-    def __init__(self, node: str, store_key_serde: Any, size_ms: int | None, advance_ms: int | None, block_ms: int | None) -> None:
+    def __init__(self, node: str, store_key_serde: Any, size_ms: int | None, advance_ms: int | None, block_ms: int | None,
+                 keep_null_values: bool = False) -> None:
         self.node, self.store_key_serde = node, store_key_serde
         self.size, self.adv, self.block = size_ms, advance_ms, block_ms
+        self.keep_null_values = keep_null_values
 
     def start(self) -> list[list[Any]]:
         return [[] for _ in range(9)]
 
     def emit(self, r: Rec, buf: list[list[Any]], errs: Errors) -> None:
-        if r[0] is None or r[1] is None:
+        if r[0] is None or (r[1] is None and not self.keep_null_values):
             return
         try:
             kb = encode_key(r[0])

@@ -1,5 +1,5 @@
 """KGroupedStream aggregations (count / reduce / aggregate): plain, time-windowed
-(tumbling / hopping) and session-windowed, folding the SAME Python initializer /
+(tumbling / hopping), sliding-windowed and session-windowed, folding the SAME Python initializer /
 aggregator / merger as the speed layer in batch order, with infinite grace (the batch layer
 sees every record).
 
@@ -18,11 +18,18 @@ sees every record).
   are equal, for order-sensitive ones the batch result is the in-order one.
 * Plain: ``groupBy(bucket of key bytes).applyInPandas``, one fold per key.
 
+* Sliding windows (KIP-450): ``groupBy(bucket of key bytes).applyInPandas`` replays, per
+  key, the speed layer's ``SlidingWindowAggregateProcessor`` over an in-memory window store
+  (``_sliding_runtime``).
+
 Per key, records come in batch order ``(timestamp, table changes first, partition, offset,
 topic)`` (``_runtime.ranked_rows``: a KTable's ``toStream`` merged with a stream applies
 the table change first at one timestamp, as the general executor and the driver do).
-Records with a null key or value are skipped (the speed layer drops them too). Sliding
-windows are not translated yet (compile error).
+Records with a null key are skipped; so are records with a null value for plain and
+sliding aggregations, while time and session windows aggregate them (the speed layer's
+processors, as Kafka's KStreamWindowAggregate and KStreamSessionWindowAggregate, drop null
+keys only).
+:func:`fold_view` also serves cogroups (``cogroup``).
 """
 from __future__ import annotations
 
@@ -30,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode, StoreSpec
-from speed_layer.windows import SessionWindows, TimeWindows
+from speed_layer.windows import SessionWindows, SlidingWindows, TimeWindows
 
 from . import _runtime as rt
 from ._plan import StreamPipe, ViewRep
+from ._sliding_runtime import SlidingFold
 from .base import Translator, Unsupported
 from .sources import table_src_indexes
 
@@ -54,9 +62,9 @@ class AggregateTranslator(Translator):
         op: ops.AggregateOp = node.op
         if op.kind not in ("count", "reduce", "aggregate"):
             raise Unsupported(f"unknown aggregation kind {op.kind!r}")
-        if op.windows is not None and not isinstance(op.windows, (TimeWindows, SessionWindows)):
-            raise Unsupported(f"{type(op.windows).__name__} aggregations are not translated yet "
-                              "(tumbling/hopping TimeWindows, SessionWindows and plain aggregations are)")
+        if op.windows is not None and not isinstance(op.windows, (TimeWindows, SessionWindows, SlidingWindows)):
+            raise Unsupported(f"{type(op.windows).__name__} aggregations are not translated "
+                              "(tumbling/hopping TimeWindows, SlidingWindows, SessionWindows and plain aggregations are)")
         if isinstance(op.windows, SessionWindows) and op.kind == "aggregate" and op.merger is None:
             raise Unsupported("a session aggregate needs a merger")
         if op.store not in topology.stores:
@@ -76,13 +84,15 @@ def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: 
     table_srcs = table_src_indexes(ctx.plan)
     if isinstance(w, TimeWindows):
         block = block_ms(w, ctx.plan.options.window_block_ms)
-        prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block))
+        prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True))
         fn: Any = rt.TimeWindowFold(name, op, block, ctx.errors_acc)
         fn.table_srcs = table_srcs
         return ViewRep(prep.groupBy(ctx.bucket("gk"), "blk").applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), name)
-    prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, None, None, None))
+    prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows)))
     if isinstance(w, SessionWindows):
         fn = rt.SessionFold(name, op, ctx.errors_acc)
+    elif isinstance(w, SlidingWindows):
+        fn = SlidingFold(name, op, ctx.errors_acc, spec)
     else:
         fn = rt.PlainFold(name, op, ctx.errors_acc)
     fn.table_srcs = table_srcs

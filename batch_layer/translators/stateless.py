@@ -16,9 +16,11 @@ from speed_layer.graph.nodes import GraphNode
 
 from . import _runtime as rt
 from ._plan import StreamPipe
-from .base import Translator
+from .base import Translator, Unsupported
 
 if TYPE_CHECKING:
+    from speed_layer.topology import Topology
+
     from ._plan import ExecContext
 
 
@@ -66,6 +68,12 @@ class PassThroughTranslator(Translator):
 class MergeTranslator(Translator):
     """Union of the parents; a parent that is a branch node contributes the records whose
     first matching predicate is this child's."""
+
+    def check(self, node: GraphNode, topology: "Topology") -> None:
+        for p in node.parents:
+            if isinstance(topology.nodes[p].op, ops.CogroupOp):
+                raise Unsupported("a cogroup's change stream (its COGROUPKSTREAM-MERGE node) is not reproduced "
+                                  "relationally; its store is (read it as a view)")
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> StreamPipe:
         pipes = []

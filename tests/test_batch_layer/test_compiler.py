@@ -85,10 +85,13 @@ def test_stream_stream_join_runs_on_the_general_executor() -> None:
     assert sorted(plan.source_topics) == ["left", "right"]
 
 
-def test_sliding_windows_run_on_the_general_executor() -> None:
+def test_sliding_windows_are_relational_unless_their_change_stream_is_read() -> None:
     b = StreamsBuilder()
-    b.stream("in").group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(1000)).count(Materialized.as_("sliding"))
-    assert compile_topology(b.build()).executor == "general"
+    counts = b.stream("in").group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(1000)) \
+        .count(Materialized.as_("sliding"))
+    assert compile_topology(b.build()).executor == "relational"
+    counts.to_stream().map(lambda k, v: (k.key, v)).group_by_key().count(Materialized.as_("of-changes"))
+    assert compile_topology(b.build(), views=["of-changes"]).executor == "general"
 
 
 def test_general_executor_on_request_and_for_output_topics() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from batch_layer.compiler import BatchOptions, compile_topology
 from batch_layer.general import full_history, store_rows
-from speed_layer import Grouped, Materialized, StreamsBuilder
+from speed_layer import Grouped, Materialized, SessionWindows, SlidingWindows, StreamsBuilder, TimeWindows
 from speed_layer.testing import TopologyTestDriver
 from speed_layer.topology import Topology
 
@@ -178,3 +178,112 @@ def test_grouped_table_fallbacks() -> None:
     counts.to_stream().group_by_key().count(Materialized.as_("n"))
     assert compile_topology(b.build(), views=["n"]).executor == "general"
     assert compile_topology(b.build(), views=["cnt"]).executor == "relational"
+
+
+# --------------------------------------------------------------------------- cogroup
+def _cogroup(windows: Any, profiles: bool = False) -> Topology:
+    """``clicks`` (grouped by key) and ``buys`` (re-keyed by ``u``: a repartition) into one
+    order-sensitive log per key; the clicks aggregator fails on 0 (and on None). With ``profiles``, a
+    third input: a KTable's ``toStream`` (table changes come first at one timestamp)."""
+    b = StreamsBuilder()
+    clicks = b.stream("clicks").group_by_key()
+    buys = b.stream("buys").map(lambda k, v: (None if v is None else v["u"], v)).group_by_key()
+    cg = clicks.cogroup(lambda k, v, agg: agg + [["c", 10 // v]]).cogroup(buys, lambda k, v, agg: agg + [["b", v["n"]]])
+    if profiles:
+        cg = cg.cogroup(b.table("profiles").to_stream().group_by_key(), lambda k, v, agg: agg + [["p", v]])
+    m = Materialized.as_("cg")
+    if windows is None:
+        cg.aggregate(list, m)
+    elif isinstance(windows, SessionWindows):
+        cg.windowed_by(windows).aggregate(list, lambda k, a1, a2: a1 + a2, m)
+    else:
+        cg.windowed_by(windows).aggregate(list, m)
+    return b.build()
+
+
+CLICKS = [("a", 1, 5), ("b", 2, 5), ("a", 3, 8), (None, 4, 9), ("a", None, 10), ("c", 0, 12), ("b", 5, 20), ("a", 6, 20),
+          ("c", 7, 31), ("a", 8, 60), ("b", 9, 61)]
+BUYS = [("x1", {"u": "a", "n": 10}, 5), ("x2", {"u": "b", "n": 11}, 8), ("x3", {"u": None, "n": 12}, 9), ("x4", None, 12),
+        ("x5", {"u": "a", "n": 13}, 20), ("x6", {"u": "c", "n": 14}, 33), ("x7", {"u": "a", "n": 15}, 61)]
+COGROUP_WINDOWS = {
+    "plain": None,
+    "hopping": TimeWindows.of_size_with_no_grace(10).advance_by(5),
+    "sliding": SlidingWindows.of_time_difference_with_no_grace(10),
+    "session": SessionWindows.of_inactivity_gap_with_no_grace(5),
+}
+
+
+@pytest.mark.parametrize("windows", list(COGROUP_WINDOWS))
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_cogroup_is_relational_and_equal(spark, tmp_path: Path, windows: str, partitions: int) -> None:
+    """Null keys dropped (null values too, except in time and session windows, whose
+    processors aggregate them: here the clicks aggregator raises on them), an aggregator
+    raising on one value, a repartitioned input; on one partition the first click and the first buy share (timestamp, partition,
+    offset): the topic name decides (buys first)."""
+    raws = produce("clicks", CLICKS, partitions) + produce("buys", BUYS, partitions)
+    res = three_ways(spark, tmp_path, _cogroup(COGROUP_WINDOWS[windows]), raws, set())
+    assert res["relational"] == res["general"] == res["driver"]
+    assert any('"b"' in r[3] and '"c"' in r[3] for r in res["relational"]["cg"])
+
+
+def test_cogroup_with_a_table_input_applies_table_changes_first(spark, tmp_path: Path) -> None:
+    profiles = [("a", 100, 5), ("b", 200, 5), ("a", None, 8), ("c", 300, 20)]
+    raws = produce("clicks", CLICKS, 1) + produce("buys", BUYS, 1) + produce("profiles", profiles, 1)
+    res = three_ways(spark, tmp_path, _cogroup(None, profiles=True), raws, {"profiles"})
+    assert res["relational"] == res["general"] == res["driver"]
+    assert dict((r[0], r[3]) for r in res["relational"]["cg"])["a"].startswith('[["p",100],["b",10],["c",10]')
+
+
+def test_cogroup_fallbacks() -> None:
+    b = StreamsBuilder()
+    s = b.stream("clicks")
+    evens = s.filter(lambda k, v: v % 2 == 0).group_by_key()
+    odds = s.filter(lambda k, v: v % 2 == 1).group_by_key()
+    evens.cogroup(lambda k, v, agg: agg + v).cogroup(odds, lambda k, v, agg: agg - v).aggregate(int, Materialized.as_("cg"))
+    plan = compile_topology(b.build(), views=["cg"])
+    assert plan.executor == "general"  # both inputs read clicks: which input sees a record first is not in the order
+    b = StreamsBuilder()
+    table = b.stream("clicks").group_by_key().cogroup(lambda k, v, agg: agg + v).aggregate(int, Materialized.as_("cg"))
+    table.to_stream().group_by_key().count(Materialized.as_("n"))
+    assert compile_topology(b.build(), views=["n"]).executor == "general"
+    assert compile_topology(b.build(), views=["cg"]).executor == "relational"
+
+
+# --------------------------------------------------------------------------- sliding windows
+SLIDING_CLICKS = [("a", 1, 0), ("a", 2, 3), ("b", 3, 4), ("a", 4, 9), ("a", 5, 9), ("a", 6, 12), (None, 7, 13),
+                  ("b", None, 14), ("a", 13, 15), ("a", 8, 25), ("b", 9, 26), ("a", 10, 30), ("a", 11, 30),
+                  ("b", 12, 40), ("a", 14, 41), ("c", 15, 100)]
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_sliding_windows_are_relational_and_equal(spark, tmp_path: Path, partitions: int) -> None:
+    """Early records (t < D share [0, D]), records at one timestamp, null keys and values,
+    an aggregator raising on 13 after some windows were updated."""
+    b = StreamsBuilder()
+    w = b.stream("clicks").group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(10))
+    w.count(Materialized.as_("s-count"))
+    w.reduce(lambda a, v: a * 31 + v, Materialized.as_("s-reduce"))
+    w.aggregate(list, lambda k, v, agg: agg + [_boom(v)], Materialized.as_("s-log"))
+    raws = produce("clicks", SLIDING_CLICKS, partitions)
+    res = three_ways(spark, tmp_path, b.build(), raws, set())
+    assert res["relational"] == res["general"] == res["driver"]
+    assert (0, 10) in {(r[1], r[2]) for r in res["relational"]["s-count"]}
+
+
+@pytest.mark.parametrize("windows", ["plain", "hopping", "sliding", "session"])
+def test_aggregations_of_null_values_are_equal(spark, tmp_path: Path, windows: str) -> None:
+    """A KGroupedStream count and an aggregate over values with nulls: plain and sliding
+    aggregations drop a null value, time and session windows aggregate it (the speed
+    layer's processors, as Kafka's KStreamWindowAggregate and
+    KStreamSessionWindowAggregate, drop null keys only)."""
+    b = StreamsBuilder()
+    g = b.stream("clicks").group_by_key()
+    w = g if COGROUP_WINDOWS[windows] is None else g.windowed_by(COGROUP_WINDOWS[windows])
+    w.count(Materialized.as_("n"))
+    if isinstance(COGROUP_WINDOWS[windows], SessionWindows):
+        w.aggregate(list, lambda k, v, agg: agg + [v], lambda k, a1, a2: a1 + a2, Materialized.as_("log"))
+    else:
+        w.aggregate(list, lambda k, v, agg: agg + [v], Materialized.as_("log"))
+    res = three_ways(spark, tmp_path, b.build(), produce("clicks", CLICKS, 3), set())
+    assert res["relational"] == res["general"] == res["driver"]
+    assert ("null" in str(res["relational"]["log"])) == (windows in ("hopping", "session"))
