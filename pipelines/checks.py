@@ -9,7 +9,7 @@ Blocking: when a suite fails, ``serving_publish`` is not materialized in the sam
 import dagster as dg
 
 from pipelines.assets.batch import VIEW_ASSET_KEYS
-from pipelines.main_job import run_checks
+from pipelines.serving_steps import run_checks
 from pipelines.resources import LakeResource
 from pipelines.views import VIEW_NAMES
 

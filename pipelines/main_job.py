@@ -49,47 +49,23 @@ from pipelines.serving_steps import (
 )
 from pipelines.speed_service import SpeedStats
 from pipelines.steps import (
-    ALL_TOPICS,
     BatchStats,
     ensure_pipeline_topics,
     ingest,
     input_record_count,
     load_data,
     reset_pipeline,
-    resolve_lake,
     run_batch_layer,
     run_speed,
-    state_root,
-    view_topic_specs,
 )
 from pipelines.views import VIEW_NAMES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "ALL_TOPICS",
-    "RunOptions",
-    "BatchStats",
-    "RunSummary",
-    "resolve_lake",
-    "state_root",
-    "view_topic_specs",
-    "ensure_pipeline_topics",
-    "reset_pipeline",
-    "load_data",
-    "input_record_count",
-    "run_speed",
-    "ingest",
-    "run_batch_layer",
-    "read_speed_views",
-    "read_batch_views",
-    "publish_views",
-    "run_checks",
-    "compare_layers",
-    "busiest_hours",
-    "run_main_job",
-]
+#: the job and its summary; each phase is imported from where it is defined
+#: (``pipelines.steps``, ``pipelines.serving_steps``)
+__all__ = ["RunOptions", "RunSummary", "run_main_job", "summary_dict"]
 
 
 @dataclass(frozen=True)

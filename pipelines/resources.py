@@ -40,7 +40,7 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def root(self) -> Path:
         """The lake root as an absolute path."""
-        from pipelines.main_job import resolve_lake
+        from pipelines.steps import resolve_lake
 
         return resolve_lake(self.path or None)
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import dagster as dg
 
 from pipelines.assets.ingest import raw_asset_key
-from pipelines.main_job import read_batch_views, run_batch_layer
+from pipelines.steps import run_batch_layer
+from pipelines.serving_steps import read_batch_views
 from pipelines.partitions import DAILY_2013, partition_range_ms
 from pipelines.resources import LakeResource, SparkResource
 from pipelines.topologies.flights import INPUT_TOPICS, VIEWS

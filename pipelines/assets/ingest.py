@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from pipelines.main_job import ALL_TOPICS, ingest
+from pipelines.steps import ALL_TOPICS, ingest
 from pipelines.resources import KafkaResource, LakeResource
 
 __all__ = ["RAW_ASSETS", "raw_asset_key", "raw_asset"]

@@ -9,7 +9,7 @@ sensor observes.
 import dagster as dg
 
 from pipelines.assets.batch import VIEW_ASSET_KEYS
-from pipelines.main_job import publish_views, read_batch_views
+from pipelines.serving_steps import publish_views, read_batch_views
 from pipelines.resources import KafkaResource, LakeResource
 from pipelines.views import VIEW_NAMES, VIEW_SPECS
 

@@ -19,7 +19,7 @@ def _resources(bootstrap: str, lake: Path) -> dict[str, object]:
 
 def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
     from pipelines.assets.ingest import raw_asset
-    from pipelines.main_job import input_record_count
+    from pipelines.steps import input_record_count
     from pipelines.replay import produce_tables
 
     produce_tables(kafka_bootstrap)  # appends the dimension tables (creates the topics if needed)
@@ -40,7 +40,7 @@ def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> Non
 def test_batch_views_and_their_blocking_checks(kafka_bootstrap: str, tmp_path: Path) -> None:
     from pipelines.assets import RAW_ASSETS, batch_views
     from pipelines.checks import VIEW_CHECKS
-    from pipelines.main_job import load_data, reset_pipeline
+    from pipelines.steps import load_data, reset_pipeline
 
     lake = tmp_path / "lake"
     reset_pipeline(kafka_bootstrap, lake)

@@ -7,7 +7,7 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from pipelines.main_job import ALL_TOPICS
+from pipelines.steps import ALL_TOPICS
 from pipelines.views import VIEW_NAMES
 
 
