@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_json"]
+__all__ = ["atomic_write_json", "read_json_object"]
 
 
 def atomic_write_json(path: Path, doc: Any) -> None:
@@ -24,3 +24,21 @@ def atomic_write_json(path: Path, doc: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_object(path: Path, error: type[Exception]) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or ``None`` when the file does not exist.
+
+    Raises:
+        error: (the caller's exception class) the file is not valid JSON or does not hold
+            a JSON object; the message names the file.
+    """
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise error(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise error(f"{path} must hold a JSON object")
+    return doc

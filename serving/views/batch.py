@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from serving._jsonio import read_json_object
 from serving.errors import BatchViewNotFoundError, ServingError
 from serving.views.frames import normalize_view_frame
 
@@ -53,16 +53,7 @@ def read_batch_info(lake: Path | str) -> dict[str, Any] | None:
     Raises:
         ServingError: if the file exists but is not a JSON object.
     """
-    path = Path(lake) / "views" / "_batch.json"
-    if not path.exists():
-        return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ServingError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ServingError(f"{path} must hold a JSON object")
-    return doc
+    return read_json_object(Path(lake) / "views" / "_batch.json", ServingError)
 
 
 def read_batch_watermark(lake: Path | str) -> int | None:

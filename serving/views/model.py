@@ -24,13 +24,12 @@ and read back as ``None`` in :class:`ViewSpec`. ``null`` is accepted on read as 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from serving._jsonio import atomic_write_json
+from serving._jsonio import atomic_write_json, read_json_object
 from serving.errors import CatalogueError
 
 __all__ = [
@@ -219,15 +218,7 @@ def load_catalogue(lake: Path | str) -> dict[str, ViewSpec]:
     Raises:
         CatalogueError: if the file is not valid JSON or an entry is malformed.
     """
-    path = catalogue_path(lake)
-    if not path.exists():
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CatalogueError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise CatalogueError(f"{path} must hold a JSON object")
+    raw = read_json_object(catalogue_path(lake), CatalogueError) or {}
     return {name: ViewSpec.from_catalogue(name, entry) for name, entry in sorted(raw.items())}
 
 
