@@ -16,6 +16,7 @@ records without logging them again.
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -132,18 +133,24 @@ class _StoreBase:
 
 
 class _Cache:
-    """Dirty entries of one store, flushed in order of their last update (Kafka's NamedCache)."""
+    """Dirty entries of one store, flushed in order of their last update (Kafka's NamedCache).
+
+    An ``OrderedDict``: taking the eldest entry is O(1) (``popitem(last=False)``); with a
+    plain dict, ``next(iter(d))`` after popping from the front scans the deleted slots, so a
+    full cache evicting on every put, or a flush of 100,000 entries, was quadratic."""
 
     def __init__(self, max_entries: int) -> None:
-        self.entries: dict[Any, tuple[Any, Any]] = {}  # cache key -> (typed key, ValueAndTimestamp | None)
+        # cache key -> (typed key, ValueAndTimestamp | None), eldest update first
+        self.entries: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
         self.max_entries = max_entries
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def put(self, ck: Any, key: Any, vt: "ValueAndTimestamp | None") -> None:
-        self.entries.pop(ck, None)
-        self.entries[ck] = (key, vt)
+        entries = self.entries
+        entries[ck] = (key, vt)
+        entries.move_to_end(ck)
 
 
 class KeyValueStore(_StoreBase):
@@ -270,8 +277,7 @@ class KeyValueStore(_StoreBase):
 
     def _evict(self) -> None:
         assert self.cache is not None
-        ck = next(iter(self.cache.entries))
-        key, vt = self.cache.entries.pop(ck)
+        _, (key, vt) = self.cache.entries.popitem(last=False)
         self._flush_entry(key, vt)
 
 
@@ -361,6 +367,49 @@ class WindowStore(_StoreBase):
         else:
             self._write(self._composite(kb, window_start), self._encode_value(vt), timestamp)
 
+    def put_windows(self, key: Any, updates: list[tuple[int, Any, int]]) -> None:
+        """``put(key, value, start, timestamp)`` for each ``(start, value, timestamp)`` of
+        ``updates``, in order (the windows of one record of a hopping window aggregation:
+        the same cache evictions as the single puts, without a call per window)."""
+        if self.cache is None or self.retain_duplicates or not _hashable(key):
+            for start, value, timestamp in updates:
+                self.put(key, value, start, timestamp)
+            return
+        entries = self.cache.entries
+        max_entries = self.cache.max_entries
+        move = entries.move_to_end
+        for start, value, timestamp in updates:
+            if start > self.observed_stream_time:
+                self.observed_stream_time = start
+            ck = (key, start)
+            entries[ck] = (ck, ValueAndTimestamp(value, timestamp))
+            move(ck)
+            if len(entries) > max_entries:
+                self._evict()
+
+    def fetch_windows_with_timestamps(self, key: Any, starts: list[int]) -> list[ValueAndTimestamp | None]:
+        """:meth:`fetch_one_with_timestamp` of each window start (ms) of ``starts``: the
+        cache is looked up by ``(key, start)`` and the bytes store read on misses only, the
+        key serialized once."""
+        if self.cache is None or not _hashable(key):
+            return [self.fetch_one_with_timestamp(key, start) for start in starts]
+        entries = self.cache.entries
+        kb: bytes | None = None
+        out: list[ValueAndTimestamp | None] = []
+        for start in starts:
+            if self._expired(start):
+                out.append(None)
+                continue
+            hit = entries.get((key, start))
+            if hit is not None:
+                vt = hit[1]
+                out.append(None if vt is None or vt.value is None else vt)
+                continue
+            if kb is None:
+                kb = self.key_serde.serialize(key) or b""
+            out.append(self._decode_value(self.backend.get(kb + _Q.pack(start))))
+        return out
+
     # -- cache
     def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
         kb = self._composite(self.key_serde.serialize(key) or b"", start)
@@ -374,8 +423,7 @@ class WindowStore(_StoreBase):
 
     def _evict(self) -> None:
         assert self.cache is not None
-        ck = next(iter(self.cache.entries))
-        (key, start), vt = self.cache.entries.pop(ck)
+        _, ((key, start), vt) = self.cache.entries.popitem(last=False)
         self._flush_entry(key, start, vt)
 
 
@@ -470,7 +518,7 @@ class SessionStore(_StoreBase):
         self.retention_ms = retention_ms
         self.observed_stream_time = -1
         #: composite key -> (session, aggregate or None for a removal), in update order
-        self.cache: dict[bytes, tuple[Windowed[Any], Any]] | None = {} if caching else None
+        self.cache: OrderedDict[bytes, tuple[Windowed[Any], Any]] | None = OrderedDict() if caching else None
         #: serialized key -> its composite keys in the cache (lookups of one key's sessions)
         self._cached_by_key: dict[bytes, set[bytes]] = {}
         self.cache_max_entries = cache_max_entries
@@ -492,8 +540,8 @@ class SessionStore(_StoreBase):
         kb = self.key_serde.serialize(session.key) or b""
         ck = self._ck(kb, session.window.start, session.window.end)
         if self.cache is not None:
-            self.cache.pop(ck, None)
             self.cache[ck] = (session, aggregate)
+            self.cache.move_to_end(ck)
             self._cached_by_key.setdefault(kb, set()).add(ck)
             if len(self.cache) > self.cache_max_entries:
                 self._evict()
@@ -507,14 +555,16 @@ class SessionStore(_StoreBase):
     # -- cache
     def _evict(self) -> None:
         assert self.cache is not None
-        ck = next(iter(self.cache))
-        session, aggregate = self.cache.pop(ck)
+        ck, (session, aggregate) = self.cache.popitem(last=False)
         kb = ck[:-16]
         cks = self._cached_by_key[kb]
         cks.discard(ck)
         if not cks:
             del self._cached_by_key[kb]
-        old_vb = self.backend.get(ck)
+        # the old value is read only to skip the removal of an absent session, or when the
+        # flush listener sends old values (Kafka's CachingSessionStore)
+        need_old = aggregate is None or (self.flush_listener is not None and self.send_old_values)
+        old_vb = self.backend.get(ck) if need_old else None
         if aggregate is None and old_vb is None:
             return
         self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
