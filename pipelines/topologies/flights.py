@@ -75,8 +75,12 @@ STREAMS_CONFIG: dict[str, Any] = {
 }
 
 
+#: ``json.loads`` with orjson where it reads the same values (the JSON serde's reader)
+_json_loads = Serdes.JSON().deserializer
+
+
 def _parse_flight(data: bytes) -> dict[str, Any]:
-    value = json.loads(data)
+    value = _json_loads(data)
     if not isinstance(value, dict):
         raise ValueError(f"a flight must be a JSON object, got {type(value).__name__}")
     missing = [f for f in REQUIRED_FIELDS if value.get(f) is None]

@@ -41,6 +41,12 @@ class ValueAndTimestamp(NamedTuple):
     timestamp: int
 
 
+#: ``ValueAndTimestamp(value, timestamp)`` without the named tuple's Python ``__new__``
+#: frame: ``_vt(_VT, (value, timestamp))`` (hot paths)
+_VT = ValueAndTimestamp
+_vt = tuple.__new__
+
+
 @dataclass(frozen=True)
 class VersionedRecord:
     """One version of a key: valid from ``timestamp`` (ms) until ``valid_to`` (exclusive;
@@ -72,8 +78,8 @@ class _StoreBase:
         if vb is None:
             return None
         if self.timestamped:
-            return ValueAndTimestamp(self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0])
-        return ValueAndTimestamp(self.value_serde.deserialize(vb), -1)
+            return _vt(_VT, (self.value_serde.deserialize(vb[8:]), _Q.unpack_from(vb)[0]))
+        return _vt(_VT, (self.value_serde.deserialize(vb), -1))
 
     def _encode_value(self, vt: ValueAndTimestamp | None) -> bytes | None:
         if vt is None or vt.value is None:
@@ -283,6 +289,8 @@ class KeyValueStore(_StoreBase):
 
 
 def _hashable(key: Any) -> bool:
+    if type(key) is str:  # the common case, without a hash call
+        return True
     try:
         hash(key)
         return True
@@ -320,6 +328,7 @@ class WindowStore(_StoreBase):
         self.timestamped = timestamped
         self.observed_stream_time = -1
         self._seq = 0
+        self._kb_memo: dict[str, bytes] = {}
         self.cache: _Cache | None = _Cache(cache_max_entries) if caching and not retain_duplicates else None
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
 
@@ -382,7 +391,7 @@ class WindowStore(_StoreBase):
             if start > self.observed_stream_time:
                 self.observed_stream_time = start
             ck = (key, start)
-            entries[ck] = (ck, ValueAndTimestamp(value, timestamp))
+            entries[ck] = (ck, _vt(_VT, (value, timestamp)))
             move(ck)
             if len(entries) > max_entries:
                 self._evict()
@@ -406,13 +415,26 @@ class WindowStore(_StoreBase):
                 out.append(None if vt is None or vt.value is None else vt)
                 continue
             if kb is None:
-                kb = self.key_serde.serialize(key) or b""
+                kb = self._key_bytes(key)
             out.append(self._decode_value(self.backend.get(kb + _Q.pack(start))))
         return out
 
+    def _key_bytes(self, key: Any) -> bytes:
+        """The serialized ``key``; text keys memoized (a window store flushes and reads
+        many windows of each key)."""
+        if type(key) is not str:
+            return self.key_serde.serialize(key) or b""
+        memo = self._kb_memo
+        kb = memo.get(key)
+        if kb is None:
+            if len(memo) >= 4096:
+                memo.clear()
+            kb = memo[key] = self.key_serde.serialize(key) or b""
+        return kb
+
     # -- cache
     def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
-        kb = self._composite(self.key_serde.serialize(key) or b"", start)
+        kb = self._key_bytes(key) + _Q.pack(start)  # cached stores never retain duplicates
         deleted = vt is None or vt.value is None
         old = self._flush_old(kb, deleted)
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
