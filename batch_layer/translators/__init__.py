@@ -6,11 +6,14 @@ One module per op family: ``sources`` (sources, sinks, KTable/GlobalKTable sourc
 mapValues, toStream), ``joins`` (stream-table as-of joins), ``table_joins`` (KTable-KTable
 joins' stores), ``aggregate`` (plain, tumbling / hopping, sliding and session
 aggregations), ``cogroup`` (cogrouped aggregations), ``table_aggregate`` (``KTable.group_by``
-and KGroupedTable count / reduce / aggregate with adder and subtractor). An op type missing
-from :data:`TRANSLATORS` (stream-stream joins, foreign-key joins, suppress, ...) or refused
-by its translator's ``check`` (a user Processor, a versioned table re-grouped or joined, a
-cogroup whose inputs share a topic, a change stream of an aggregation or a join, ...) has
-no relational form: ``compile_topology`` then runs the plan on the general executor
+and KGroupedTable count / reduce / aggregate with adder and subtractor), ``stream_joins``
+(KStream-KStream windowed joins: inner per key, left / outer per task, replaying the
+speed layer's join processors). An op type missing from :data:`TRANSLATORS` (foreign-key
+joins, suppress, ...) or refused by its translator's ``check`` (a user Processor, a
+versioned table re-grouped or joined, a cogroup whose inputs share a topic, a change
+stream of an aggregation or a join, a stream-stream self-join, a left / outer
+stream-stream join with a repartitioned side or an order-sensitive consumer, ...) has no
+relational form: ``compile_topology`` then runs the plan on the general executor
 (``batch_layer.general``; docs/batch-executors.md).
 
 Importing this package does not start Spark.
@@ -29,6 +32,7 @@ from .stateless import (
     FilterTranslator, FlatMapTranslator, FlatMapValuesTranslator, MapTranslator, MapValuesTranslator, MergeTranslator,
     PassThroughTranslator,
 )
+from .stream_joins import JoinWindowTranslator, StreamStreamJoinTranslator
 from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTranslator
 from .table_aggregate import TableAggregateTranslator, TableSelectTranslator
 from .table_joins import TableTableJoinTranslator
@@ -69,6 +73,8 @@ TRANSLATORS: dict[type, Translator] = {
     ops.TableSelectOp: TableSelectTranslator(),
     ops.TableAggregateOp: TableAggregateTranslator(),
     ops.CogroupOp: CogroupTranslator(),
+    ops.JoinWindowStoreOp: JoinWindowTranslator(),
+    ops.StreamStreamJoinOp: StreamStreamJoinTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store
