@@ -229,6 +229,7 @@ def _worker_duet(a: argparse.Namespace) -> None:
     config = {"application.id": a.group, "bootstrap.servers": a.bootstrap, "state.dir": a.state_dir}
     if a.mode == "window_eos":
         config["processing.guarantee"] = "exactly_once_v2"
+    config.update(json.loads(os.environ.get("DUET_BENCH_CONFIG") or "{}"))  # --duet-config (not the defaults: experiments only)
     streams = KafkaStreams(b.build(), config)
     streams.start()
     if a.mode == "latency":

@@ -38,6 +38,17 @@ log = logging.getLogger("speed_layer.task")
 Headers = list[tuple[str, bytes | None]]
 
 
+def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
+    """The function that deserializes non-null bytes: a plain :class:`Serde`'s own
+    deserializer (unwrapped errors), else the serde's ``deserialize``."""
+    return serde.deserializer if type(serde) is Serde else serde.deserialize
+
+
+def _raw_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
+    """The function that serializes a non-null value (see :func:`_raw_deserializer`)."""
+    return serde.serializer if type(serde) is Serde else serde.serialize
+
+
 class RecordCollector(Protocol):
     """Where tasks send records (a Kafka producer, or the test driver's topics)."""
 
@@ -142,21 +153,37 @@ class _NodeContext(ProcessorContext):
         self._task = task
         self._node = node
         self._children = task.children.get(node.name, [])
-        #: ``(name, process)`` of every child (the hot path: one forward per record and node)
-        self._child_procs = [(c, task.processors[c].process) for c in self._children]
+        #: ``process`` of every child (the hot path: one forward per record and node)
+        self._child_procs = [task.processors[c].process for c in self._children]
+        if len(self._child_procs) == 1:
+            only = self._child_procs[0]
+            forward_to = self._forward_to
+
+            def forward_one(record: Record[Any, Any], child_name: str | None = None) -> None:
+                if child_name is None:
+                    only(record)
+                else:
+                    forward_to(record, child_name)
+
+            # an instance attribute shadows the method: one call per forward, not two
+            self.forward = forward_one  # type: ignore[method-assign]
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
-        task = self._task
+        """Forward to every child, or to ``child_name`` only.
+
+        Raises:
+            StreamsException: if ``child_name`` is not a child of this node.
+        """
         if child_name is not None:
-            if child_name not in self._children:
-                raise StreamsException(f"{child_name} is not a child of {self._node.name}")
-            task.processors[child_name].process(record)
+            self._forward_to(record, child_name)
             return
-        prev = task.current_node
-        for c, process in self._child_procs:
-            task.current_node = c
+        for process in self._child_procs:
             process(record)
-        task.current_node = prev
+
+    def _forward_to(self, record: Record[Any, Any], child_name: str) -> None:
+        if child_name not in self._children:
+            raise StreamsException(f"{child_name} is not a child of {self._node.name}")
+        self._task.processors[child_name].process(record)
 
     def schedule(self, interval_ms: int, type: PunctuationType, punctuator: Callable[[int], None]) -> Cancellable:
         if interval_ms < 1:
@@ -253,6 +280,7 @@ class StreamTask:
         self.commit_requested = False
         #: the raw record being processed (its metadata is built when a processor asks)
         self._current_raw: RawRecord | None = None
+        #: the node whose init or punctuation runs (not tracked per record: nothing reads it then)
         self.current_node: str | None = None
         self.app_id = config.application_id
         self.state_dir = state_dir
@@ -279,11 +307,12 @@ class StreamTask:
                 logger = (lambda topic: lambda k, v, ts: changelog_sender(topic, k, v, ts))(topic)
             self.stores[s] = build_store(spec, state_dir, logger, config.statestore_cache_max_entries)
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
-        #: source topic -> (source node, key serde, value serde, whether the record's own
-        #: timestamp is the event time), filled on first use
-        self._source_serdes: dict[str, tuple[GraphNode, Serde[Any], Serde[Any], bool]] = {}
-        #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde), filled on first use
-        self._sink_serdes: dict[tuple[str, int], tuple[SinkOp, str, Serde[Any], Serde[Any]]] = {}
+        #: source topic -> :meth:`_source`, filled on first use
+        self._source_serdes: dict[str, tuple[Any, ...]] = {}
+        #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde, their
+        #: serializers of non-null values, whether neither partitioner nor windowed key
+        #: applies), filled on first use
+        self._sink_serdes: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._process_key = (task_id, "process")
         #: Kafka's ``ProcessorMetadata`` (KIP-825; the last emit time of ON_WINDOW_CLOSE
         #: aggregations by store), committed with the offsets (:meth:`commit_metadata`)
@@ -409,24 +438,42 @@ class StreamTask:
             return op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
         return op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
 
+    def _source(self, topic: str) -> tuple[GraphNode, Serde[Any], Serde[Any], bool, Callable[[bytes], Any], Callable[[bytes], Any], Callable[[Record[Any, Any]], None]]:
+        """``(source node, key serde, value serde, whether the record's own timestamp is the
+        event time, key and value deserializers of non-null bytes, the source's process)``
+        of a source topic, cached. The deserializers are the serdes' own functions when the
+        serdes are plain :class:`Serde` s (their errors are wrapped by :meth:`process`)."""
+        src = self._source_serdes.get(topic)
+        if src is None:
+            node = self.sources.get(topic)
+            if node is None:
+                raise StreamsException(f"task {self.task_id}: no source for topic {topic}")
+            plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
+            ks, vs = self._serdes(node)
+            src = self._source_serdes[topic] = (node, ks, vs, plain_ts, _raw_deserializer(ks), _raw_deserializer(vs),
+                                                self.processors[node.name].process)
+        return src
+
     def process(self, raw: RawRecord) -> None:
         """Deserialize, extract the timestamp and run one record through the sub-topology."""
-        src = self._source_serdes.get(raw.topic)
-        if src is None:
-            node = self.sources.get(raw.topic)
-            if node is None:
-                raise StreamsException(f"task {self.task_id}: no source for topic {raw.topic}")
-            plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
-            src = self._source_serdes[raw.topic] = (node, *self._serdes(node), plain_ts)
-        node, ks, vs, plain_ts = src
+        src = self._source_serdes.get(raw.topic) or self._source(raw.topic)
+        node, ks, vs, plain_ts, kde, vde, source_process = src
         self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
         self._current_raw = raw
         try:
-            key = ks.deserialize(raw.key)
-            value = vs.deserialize(raw.value)
-        except Exception as exc:  # noqa: BLE001 - routed to the configured handler
-            self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
-            return
+            key = raw.key
+            if key is not None:
+                key = kde(key)
+            value = raw.value
+            if value is not None:
+                value = vde(value)
+        except Exception:  # noqa: BLE001 - again through the serdes, for their exception
+            try:
+                key = ks.deserialize(raw.key)
+                value = vs.deserialize(raw.value)
+            except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+                self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
+                return
         ts = raw.timestamp
         if not plain_ts or type(ts) is not int or ts < 0:
             ts = self._extract_timestamp(node, raw, key, value)
@@ -437,15 +484,13 @@ class StreamTask:
         counters = self.metrics.counters
         pk = self._process_key
         counters[pk] = counters.get(pk, 0) + 1
+        headers = raw.headers
         try:
-            self.current_node = node.name
-            self.processors[node.name].process(Record(key, value, ts, list(raw.headers)))
+            source_process(Record(key, value, ts, list(headers) if headers else []))
         except StreamsException:
             raise
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
-        finally:
-            self.current_node = None
         self._current_raw = None  # a punctuation has no current record (Kafka: metadata undefined)
         if self._punctuations:
             self.punctuate_stream_time()
@@ -508,19 +553,28 @@ class StreamTask:
                 ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
             else:
                 ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
-            cached = self._sink_serdes[(topic, id(op))] = (op, full, ks, vs)
-        _, full, ks, vs = cached
-        kb = ks.serialize(record.key)
-        vb = vs.serialize(record.value)
+            plain = op.partitioner is None and ks.inner is None
+            cached = self._sink_serdes[(topic, id(op))] = (op, full, ks, vs, _raw_serializer(ks), _raw_serializer(vs), plain)
+        _, full, ks, vs, kser, vser, plain = cached
+        key, value = record.key, record.value
+        try:
+            kb = None if key is None else kser(key)
+            vb = None if value is None else vser(value)
+        except Exception:  # noqa: BLE001 - again through the serdes, for their exception
+            kb = ks.serialize(key)
+            vb = vs.serialize(value)
         partition = None
-        if op.partitioner is not None:
-            partition = op.partitioner(full, record.key, record.value, self.collector.partitions_for(full))
-        elif ks.inner is not None and isinstance(record.key, Windowed):
+        if plain:
+            pass
+        elif op.partitioner is not None:
+            partition = op.partitioner(full, key, value, self.collector.partitions_for(full))
+        elif ks.inner is not None and isinstance(key, Windowed):
             # Kafka's WindowedStreamPartitioner: a windowed key goes by its base key
-            base = ks.inner.serialize(record.key.key)
+            base = ks.inner.serialize(key.key)
             if base is not None:
                 partition = partition_for_key(base, self.collector.partitions_for(full))
-        self.collector.send(full, kb, vb, record.timestamp, list(record.headers), partition)
+        # (the collector copies the headers it sends)
+        self.collector.send(full, kb, vb, record.timestamp, record.headers, partition)
 
     # ------------------------------------------------------------------ punctuation
     def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:
