@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -60,6 +61,11 @@ _REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERA
 MISSING_TOPIC_TIMEOUT_S = 30.0
 #: records processed between two polls of the consumer
 MAX_RECORDS_PER_LOOP = 1000
+#: bytes (keys and values) of consumed records a partition whose task buffer holds
+#: ``buffered.records.per.partition`` records may keep waiting before it is paused: the
+#: Java consumer's ``max.partition.fetch.bytes`` default, one fetch of the partition, which
+#: Java's consumer keeps for a paused partition (KAFKA-7548) and librdkafka throws away
+HELD_BYTES_PER_PARTITION = 1_048_576
 #: records (summed over a task's changelog partitions) between two checkpoints at commit,
 #: Kafka's ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``
 CHECKPOINT_OFFSET_DELTA = 10_000
@@ -146,6 +152,12 @@ class StreamThread(threading.Thread):
         self.committed: dict[TP, int] = {}
         self.eof: dict[TP, bool] = {}
         self._paused: set[TP] = set()
+        #: consumed records of partitions whose task buffer is full, oldest first, with
+        #: their size in bytes: what Java's consumer keeps fetched for a paused partition
+        #: (KAFKA-7548); librdkafka drops what it prefetched for a partition when it is
+        #: paused, so the thread keeps up to ``HELD_BYTES_PER_PARTITION`` itself before pausing
+        self._held: dict[TP, deque[RawRecord]] = {}
+        self._held_bytes: dict[TP, int] = {}
         self._idle_since: dict[str, float] = {}
         self._thread_wait_since: float | None = None
         self._missing_since: float | None = None
@@ -678,6 +690,8 @@ class StreamThread(threading.Thread):
                         self.collector.untrack(tp)
                     self.eof.pop(tp, None)
                     self._paused.discard(tp)
+                    self._held.pop(tp, None)
+                    self._held_bytes.pop(tp, None)
                     self.committed.pop(tp, None)
                 self._task_locks.pop(tid).release()
                 self.streams._standby_release(tid)
@@ -687,6 +701,8 @@ class StreamThread(threading.Thread):
         assert self.consumer is not None
         if self.collector is not None:
             self.collector.poll()  # delivery reports: acked offsets of changelogs and repartitions
+        if self._held:
+            self._pause_resume()  # refill the task buffers that were drained
         now = time.monotonic()
         busy = any(self._ready(t, now) for t in self.tasks.values()) and self._thread_ready(now)
         if busy:
@@ -723,14 +739,20 @@ class StreamThread(threading.Thread):
             t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
 
     def _add_records(self, msgs: list[Any]) -> None:
-        """Buffer consumed records in their tasks' partition queues; note ends of
+        """Buffer consumed records in their tasks' partition queues, up to
+        ``buffered.records.per.partition`` each, the rest in :attr:`_held`; note ends of
         partitions and consumer errors."""
         tp_task, eof, fetched = self.tp_task, self.eof, self._fetched_next
+        limit = self.config.buffered_records_per_partition
         last_tp: TP | None = None
         queue: Any = None
+        room = 0
+        offset = -1
         for msg in msgs:
             err = msg.error()
             if err is not None:
+                if last_tp is not None:
+                    fetched[last_tp] = offset + 1
                 last_tp = None
                 tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
@@ -752,13 +774,29 @@ class StreamThread(threading.Thread):
                 task = tp_task.get(tp)
                 if task is None:
                     continue  # revoked meanwhile
+                if last_tp is not None:
+                    fetched[last_tp] = offset + 1
                 eof[tp] = False
                 queue = task.queue(topic, partition)
+                room = 0 if tp in self._held else limit - len(queue)
                 last_tp = tp
             offset = msg.offset()
-            fetched[tp] = offset + 1
             headers = msg.headers()
-            queue.append(RawRecord(topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], list(headers) if headers else []))
+            raw = RawRecord(topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], list(headers) if headers else [])
+            if room > 0:
+                queue.append(raw)
+                room -= 1
+            else:
+                self._hold(tp, raw)
+        if last_tp is not None:
+            fetched[last_tp] = offset + 1
+
+    def _hold(self, tp: TP, raw: RawRecord) -> None:
+        held = self._held.get(tp)
+        if held is None:
+            held = self._held[tp] = deque()
+        held.append(raw)
+        self._held_bytes[tp] = self._held_bytes.get(tp, 0) + len(raw.key or b"") + len(raw.value or b"")
 
     def _ready(self, task: StreamTask, now: float) -> bool:
         """Kafka's ``PartitionGroup#readyToProcess`` (KIP-695): an empty input partition
@@ -885,7 +923,8 @@ class StreamThread(threading.Thread):
         if self.config.max_task_idle_ms < 0:
             return True
         waiting = any(
-            not self.eof.get(tp) and tp not in self._paused and task.buffered_in(*tp) == 0 for tp, task in self.tp_task.items()
+            not self.eof.get(tp) and tp not in self._paused and task.buffered_in(*tp) == 0 and tp not in self._held
+            for tp, task in self.tp_task.items()
         )
         if not waiting:
             self._thread_wait_since = None
@@ -903,16 +942,36 @@ class StreamThread(threading.Thread):
                 task.punctuate_wall_clock()
 
     def _pause_resume(self) -> None:
+        """Move held records into their task buffers while these hold fewer than
+        ``buffered.records.per.partition`` records; pause a partition once it holds
+        ``HELD_BYTES_PER_PARTITION`` bytes besides (Kafka's ``StreamTask#addRecords`` pauses
+        a partition whose buffer is over the limit, but its consumer keeps what it fetched),
+        resume it once nothing is held and its buffer is below the limit again."""
         assert self.consumer is not None
         limit = self.config.buffered_records_per_partition
         pause, resume = [], []
-        for tp, task in self.tp_task.items():
-            n = task.buffered_in(*tp)
-            if tp not in self._paused and n >= limit:
+        held_bytes = self._held_bytes
+        for tp, held in list(self._held.items()):
+            queue = self.tp_task[tp].queue(*tp)
+            room = limit - len(queue)
+            if room > 0:
+                n = held_bytes[tp]
+                popleft, append = held.popleft, queue.append
+                for _ in range(min(room, len(held))):
+                    raw = popleft()
+                    n -= len(raw.key or b"") + len(raw.value or b"")
+                    append(raw)
+                held_bytes[tp] = n
+                if not held:
+                    del self._held[tp], held_bytes[tp]
+                    continue
+            if tp not in self._paused and held_bytes[tp] >= HELD_BYTES_PER_PARTITION:
                 pause.append(tp)
-            elif tp in self._paused and n < limit:
+        for tp in self._paused:
+            if tp not in self._held and self.tp_task[tp].buffered_in(*tp) < limit:
                 resume.append(tp)
         if pause:
+
             self.consumer.pause([TopicPartition(t, p) for t, p in pause])
             self._paused.update(pause)
         if resume:
@@ -936,7 +995,7 @@ class StreamThread(threading.Thread):
         offsets: dict[TP, int] = {}
         for task in self.tasks.values():
             offsets.update(task.commit())
-        drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0]
+        drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0 and (t, p) not in self._held]
         if drained:
             # past transaction markers: commit the position when nothing is buffered (Kafka does too)
             for pos in self.consumer.position(drained):
