@@ -22,6 +22,9 @@ benchmark-only dependency in a venv of its own (it pins confluent-kafka < 2.13):
 ``--quix-python``, or ``.duet/bench-quix-venv`` is created with pip.
 
     .venv/bin/python bench/bench_speed_layer.py --kafka --rounds 3
+
+``--baseline-tree DIR`` also runs the ``speed_layer`` of DIR (an older commit) as system
+``before``, interleaved with the others.
 """
 from __future__ import annotations
 
@@ -332,11 +335,21 @@ def _worker_cmd(python: str, system: str, mode: str, bootstrap: str, inp: str, o
             "--output", out, "--group", group, "--state-dir", state_dir, "--expect", str(expect), "--last-offsets", json.dumps(last)]
 
 
-def _run_throughput(system: str, python: str, mode: str, bootstrap: str, n: int, last: list[int], scratch: Path, tag: str) -> dict[str, Any]:
+def _system(system: str, baseline_tree: str | None) -> tuple[str, dict[str, str] | None]:
+    """``(worker, environment)`` of a system: ``before`` is duet's worker with the
+    ``speed_layer`` of ``--baseline-tree`` first on the path."""
+    if system != "before":
+        return system, None
+    return "duet", {**os.environ, "PYTHONPATH": os.path.abspath(baseline_tree or ".")}
+
+
+def _run_throughput(system: str, python: str, mode: str, bootstrap: str, n: int, last: list[int], scratch: Path, tag: str,
+                    baseline_tree: str | None = None) -> dict[str, Any]:
     out = f"bench-out-{tag}"
     _create_topic(bootstrap, out)
-    cmd = _worker_cmd(python, system, mode, bootstrap, "flights", out, f"bench-{tag}", str(scratch / "state" / tag), n, last)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=os.getcwd())
+    worker, env = _system(system, baseline_tree)
+    cmd = _worker_cmd(python, worker, mode, bootstrap, "flights", out, f"bench-{tag}", str(scratch / "state" / tag), n, last)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=os.getcwd(), env=env)
     res: dict[str, Any] = {"system": system, "mode": mode}
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")), None)
     if proc.returncode != 0 or line is None:
@@ -349,7 +362,8 @@ def _run_throughput(system: str, python: str, mode: str, bootstrap: str, n: int,
     return res
 
 
-def _run_latency(system: str, python: str, bootstrap: str, n: int, rate: float, scratch: Path, tag: str) -> dict[str, Any]:
+def _run_latency(system: str, python: str, bootstrap: str, n: int, rate: float, scratch: Path, tag: str,
+                 baseline_tree: str | None = None) -> dict[str, Any]:
     """End-to-end latency of a map_values forward at ``rate`` records/s (sleep-paced)."""
     import orjson
     from confluent_kafka import Producer
@@ -358,7 +372,8 @@ def _run_latency(system: str, python: str, bootstrap: str, n: int, rate: float, 
     _create_topic(bootstrap, inp, log_append_time=False)
     _create_topic(bootstrap, out, log_append_time=False)
     result_file = scratch / f"lat-{tag}.json"
-    proc = subprocess.Popen(_worker_cmd(python, system, "latency", bootstrap, inp, out, f"bench-{tag}", str(scratch / "state" / tag), n, [-1] * 4),
+    worker, env = _system(system, baseline_tree)
+    proc = subprocess.Popen(_worker_cmd(python, worker, "latency", bootstrap, inp, out, f"bench-{tag}", str(scratch / "state" / tag), n, [-1] * 4), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sink = subprocess.Popen(_worker_cmd(sys.executable, "sink", "latency", bootstrap, out, str(result_file), "sink", "", n, [-1] * 4),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -419,6 +434,8 @@ def main_kafka(a: argparse.Namespace) -> None:
 
     quix = _quix_python(a.quix_python)
     systems = {"quix": quix, "duet": sys.executable}
+    if a.baseline_tree:
+        systems["before"] = sys.executable
     workloads = [w for w in a.workloads.split(",") if w]
     scratch = Path(tempfile.mkdtemp(prefix="duet-bench-"))
     kafka = EmbeddedKafka(scratch / "broker")
@@ -433,13 +450,14 @@ def main_kafka(a: argparse.Namespace) -> None:
         for rnd in range(1, a.rounds + 1):
             for mode in workloads:
                 for system, python in systems.items():
-                    r = _run_throughput(system, python, mode, bootstrap, n, last, scratch, f"{system}-{mode}-{rnd}".replace("_", "-"))
-                    print(f"  round {rnd} {mode:10s} {system:5s} " + (f"{r['rps']:9.0f} records/s, {r['outputs']} outputs" if r.get("rps") else f"FAILED {r.get('error')}"), flush=True)
+                    r = _run_throughput(system, python, mode, bootstrap, n, last, scratch, f"{system}-{mode}-{rnd}".replace("_", "-"),
+                                        a.baseline_tree)
+                    print(f"  round {rnd} {mode:10s} {system:6s} " + (f"{r['rps']:9.0f} records/s, {r['outputs']} outputs" if r.get("rps") else f"FAILED {r.get('error')}"), flush=True)
                     results.append(r)
             if a.latency_records:
                 for system, python in systems.items():
-                    r = _run_latency(system, python, bootstrap, a.latency_records, a.latency_rate, scratch, f"{system}-{rnd}")
-                    print(f"  round {rnd} latency    {system:5s} " + (f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms" if "p99_ms" in r else f"FAILED {r.get('error')}"), flush=True)
+                    r = _run_latency(system, python, bootstrap, a.latency_records, a.latency_rate, scratch, f"{system}-{rnd}", a.baseline_tree)
+                    print(f"  round {rnd} latency    {system:6s} " + (f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms" if "p99_ms" in r else f"FAILED {r.get('error')}"), flush=True)
                     results.append(r)
 
         def med(system: str, mode: str, key: str) -> float | None:
@@ -451,10 +469,16 @@ def main_kafka(a: argparse.Namespace) -> None:
             d, q = med("duet", mode, "rps"), med("quix", mode, "rps")
             if d and q:
                 print(f"{mode:10s}  duet {d:9.0f} records/s  Quix {q:9.0f} records/s  ratio {d / q:5.2f}x")
+            b = med("before", mode, "rps")
+            if b and q:
+                print(f"{'':10s}  before {b:7.0f} records/s  (ratio to Quix {b / q:5.2f}x; duet / before {d / b if d else 0:5.2f}x)")
         if a.latency_records:
             d, q = med("duet", "latency", "p99_ms"), med("quix", "latency", "p99_ms")
             if d and q:
                 print(f"latency p99 at {a.latency_rate:.0f} records/s: duet {d:.1f} ms, Quix {q:.1f} ms (ratio {d / q:.2f}x)")
+            b = med("before", "latency", "p99_ms")
+            if b:
+                print(f"{'':10s}  before: p99 {b:.1f} ms")
     finally:
         kafka.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -468,6 +492,8 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="--kafka: comma list of " + ", ".join(WORKLOADS))
     ap.add_argument("--latency-records", type=int, default=20000, help="--kafka: records of the latency run (0: none)")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="--kafka: records/s of the latency run")
+    ap.add_argument("--baseline-tree", default=None,
+                    help="--kafka: also run duet from this tree as system 'before' (e.g. git archive <commit> speed_layer | tar -x -C DIR)")
     ap.add_argument("--quix-python", default=None, help="--kafka: a python with quixstreams installed")
     for opt in ("--worker", "--mode", "--bootstrap", "--input", "--output", "--group", "--state-dir", "--last-offsets"):
         ap.add_argument(opt, help=argparse.SUPPRESS)
