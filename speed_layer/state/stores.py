@@ -405,8 +405,10 @@ class WindowStore(_StoreBase):
         entries = self.cache.entries
         kb: bytes | None = None
         out: list[ValueAndTimestamp | None] = []
+        # _expired(start), with the bound computed once
+        expired_to = self.observed_stream_time - self.retention_ms if self.observed_stream_time >= 0 else -(2**63)
         for start in starts:
-            if self._expired(start):
+            if start <= expired_to:
                 out.append(None)
                 continue
             hit = entries.get((key, start))
