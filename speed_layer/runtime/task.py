@@ -38,6 +38,11 @@ log = logging.getLogger("speed_layer.task")
 Headers = list[tuple[str, bytes | None]]
 
 
+#: ``Record`` is a NamedTuple: ``_new_tuple(Record, fields)`` builds one without the Python
+#: frame of its generated ``__new__`` (one per consumed record)
+_new_tuple = tuple.__new__
+
+
 def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     """The function that deserializes non-null bytes: a plain :class:`Serde`'s own
     deserializer (unwrapped errors), else the serde's ``deserialize``."""
@@ -486,7 +491,7 @@ class StreamTask:
         counters[pk] = counters.get(pk, 0) + 1
         headers = raw.headers
         try:
-            source_process(Record(key, value, ts, list(headers) if headers else []))
+            source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except StreamsException:
             raise
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
