@@ -32,7 +32,7 @@ from . import _runtime as rt
 from ._plan import StreamPipe, ViewRep
 from .aggregate import fold_view
 from .base import Translator, Unsupported
-from .sources import topic_writers
+from .sources import walk_upstream
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
@@ -73,24 +73,7 @@ def cogroup_inputs(node: GraphNode, topology: "Topology") -> list[GraphNode]:
 def input_topics(topology: "Topology", name: str) -> set[str]:
     """The raw input topics whose records can reach node ``name`` (through repartition
     and ``through`` topics written by the topology's own sinks)."""
-    seen: set[str] = set()
-    topics: set[str] = set()
-    stack = [name]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        node = topology.nodes[n]
-        if isinstance(node.op, ops.SourceOp):
-            for t in node.op.topics:
-                writers = topic_writers(topology, node, t)
-                if writers:
-                    stack.extend(writers)
-                else:
-                    topics.add(t)
-        stack.extend(node.parents)
-    return topics
+    return {t for _node, raw in walk_upstream(topology, name) for t in raw}
 
 
 class CogroupTranslator(Translator):

@@ -13,6 +13,8 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from typing import TYPE_CHECKING
 
 from speed_layer.graph import ops
@@ -37,6 +39,33 @@ def topic_writers(topology: "Topology", source: GraphNode, topic: str) -> list[s
     rep = source.op.repartition
     return [n.name for n in topology.nodes.values()
             if isinstance(n.op, ops.SinkOp) and n.op.topic == topic and n.op.repartition == rep]
+
+
+def walk_upstream(topology: "Topology", name: str) -> Iterator[tuple[GraphNode, list[str]]]:
+    """Every node upstream of node ``name`` (itself included), once each, depth first,
+    following topics the topology writes itself (repartition and ``through`` topics) back to
+    their sink nodes. Yields ``(node, raw_topics)``: for a source node the topics it reads
+    that no sink of the topology writes (raw input), for any other node ``[]``.
+
+    The caller decides what to do with each node; the walk goes on into a node's parents
+    (a source: into the sinks writing its topics) after the caller resumes the generator."""
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        node = topology.nodes[n]
+        raw: list[str] = []
+        if isinstance(node.op, ops.SourceOp):
+            for t in node.op.topics:
+                writers = topic_writers(topology, node, t)
+                stack.extend(writers)
+                if not writers:
+                    raw.append(t)
+        yield node, raw
+        stack.extend(node.parents)
 
 
 def is_table_source(topology: "Topology", name: str) -> bool:

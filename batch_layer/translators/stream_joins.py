@@ -48,7 +48,7 @@ from . import _runtime as rt
 from ._plan import FrameBase, StreamPipe
 from ._stream_join_runtime import JoinSpec, StreamJoinGroup
 from .base import Translator, Unsupported
-from .sources import topic_writers
+from .sources import walk_upstream
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
@@ -83,29 +83,16 @@ def _upstream(topology: "Topology", name: str) -> tuple[set[str], bool]:
     """
     topics: set[str] = set()
     internal = False
-    seen: set[str] = set()
-    stack = [name]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        node = topology.nodes[n]
+    for node, raw in walk_upstream(topology, name):
         if isinstance(node.op, ops.SourceOp):
             if node.op.timestamp_extractor is not None:
-                raise Unsupported(f"a KStream-KStream join side reads source {n!r} with a timestamp extractor (the batch "
-                                  "order is the raw timestamps', the join's stream time the extracted ones)")
-            for t in node.op.topics:
-                writers = topic_writers(topology, node, t)
-                internal = internal or bool(writers)
-                stack.extend(writers)
-                if not writers:
-                    topics.add(t)
-        elif isinstance(node.op, ops.SinkOp) or isinstance(node.op, _STATELESS):
-            stack.extend(node.parents)
-        else:
+                raise Unsupported(f"a KStream-KStream join side reads source {node.name!r} with a timestamp extractor (the "
+                                  "batch order is the raw timestamps', the join's stream time the extracted ones)")
+            topics.update(raw)
+            internal = internal or len(raw) < len(node.op.topics)
+        elif not isinstance(node.op, (ops.SinkOp, *_STATELESS)):
             raise Unsupported(f"a KStream-KStream join side is only translated over stateless stream ops on source or "
-                              f"repartition topics, not over {type(node.op).__name__} node {n!r}")
+                              f"repartition topics, not over {type(node.op).__name__} node {node.name!r}")
     return topics, internal
 
 
