@@ -22,6 +22,17 @@ __all__ = ["GeneralRun", "GeneralViews"]
 _VIEW_COLUMNS = ("skey as key", "ws as window_start", "we as window_end", "sval as value", "sts as timestamp")
 
 
+def _release(frames: list["DataFrame"]) -> None:
+    """Drop the blocks of locally checkpointed ``frames`` (classic Spark: the RDD under each
+    frame's ``LogicalRDD``; a Spark Connect server frees them when the frame is gone)."""
+    for df in frames:
+        try:
+            df._jdf.queryExecution().logical().rdd().unpersist(False)
+        except Exception:  # Spark Connect (no JVM handle), or a frame that is not a checkpoint
+            df.unpersist()
+    frames.clear()
+
+
 class GeneralViews(BatchViews):
     """``{store: view DataFrame}`` computed by the general executor (columns of
     contracts.md), plus :attr:`topics`: ``{topic: DataFrame}`` of every topic the topology
@@ -30,9 +41,12 @@ class GeneralViews(BatchViews):
     topic included when records were dead-lettered."""
 
     def __init__(self, frames: dict[str, "DataFrame"], topics: dict[str, "DataFrame"], dropped: "DataFrame",
-                 watermark: "DataFrame", persisted: list["DataFrame"]) -> None:
+                 watermark: "DataFrame", persisted: list["DataFrame"], store_rows: "DataFrame | None" = None,
+                 topic_rows: "DataFrame | None" = None) -> None:
         dict.__init__(self, frames)
         self.topics = topics
+        self._store_rows = store_rows
+        self._topic_rows = topic_rows
         self._dropped = dropped
         self._watermark = watermark
         self._persisted = persisted
@@ -54,14 +68,33 @@ class GeneralViews(BatchViews):
         value = self._watermark.collect()[0][0]
         return -1 if value is None else int(value)
 
+    def collect_stores(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every view's rows in ONE Spark job (a job per view costs more than small views):
+        ``{store: sorted [(key, window_start, window_end, value, timestamp)]}``, the rows
+        of ``self[store].collect()``."""
+        out: dict[str, list[tuple[Any, ...]]] = {s: [] for s in self}
+        if out and self._store_rows is not None:
+            for r in self._store_rows.collect():
+                if r[0] in out:
+                    out[r[0]].append(tuple(r[1:]))
+        return {s: sorted(rows) for s, rows in out.items()}
+
+    def collect_topics(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every output topic's records in ONE Spark job: ``{topic: [(key, value,
+        timestamp, partition, offset)]}`` in ``(partition, offset)`` order, the rows of
+        ``self.topics[topic]``."""
+        out: dict[str, list[tuple[Any, ...]]] = {t: [] for t in self.topics}
+        if out and self._topic_rows is not None:
+            for r in sorted(self._topic_rows.collect(), key=lambda r: (r[0], r[4], r[5])):
+                out[r[0]].append(tuple(r[1:]))
+        return out
+
     @property
     def join_strategies(self) -> dict[str, str]:
         return {}
 
     def release(self) -> None:
-        for df in self._persisted:
-            df.unpersist()
-        self._persisted.clear()
+        _release(self._persisted)
 
 
 class GeneralRun:
@@ -157,7 +190,10 @@ class GeneralRun:
             default = max(partitions.get(t, 1) for t in topics) if topics else 1
             specs[run] = task_spec(self.plan, self.topology, sub, partitions, default)
         out = union_all(frames).groupBy("run", "p").applyInPandas(task_function(specs), OUTPUT_SCHEMA)
-        out = out.persist(StorageLevel.DISK_ONLY)
+        # computed now and cut from its lineage: a later stage's plan then holds a scan of
+        # these rows, not the plans of every stage before it (with many sub-topologies,
+        # re-analysing those nested unions filled the driver's heap)
+        out = out.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
         self.persisted.append(out)
         return out
 
@@ -223,7 +259,6 @@ class GeneralRun:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> GeneralViews:
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         try:
@@ -243,20 +278,27 @@ class GeneralRun:
             frames = {s: rows.filter((F.col("kind") == "s") & (F.col("topic") == s)).selectExpr(*_VIEW_COLUMNS)
                       for s in self.plan.views}
             read = {t for ts in self.plan.reads.values() for t in ts}
-            topics = {}
-            for t, frames_of in self.sent.items():
-                if t in read:
-                    continue
-                df = union_all(frames_of)
-                order = Window.partitionBy("p").orderBy("ok")
-                topics[t] = df.select(F.col("k").alias("key"), F.col("v").alias("value"), F.col("ts").alias("timestamp"),
-                                      F.col("p").alias("partition"), (F.row_number().over(order) - 1).cast("long").alias("offset"))
+            topics = {t: self._topic_frame(union_all(frames_of), ["p"]) for t, frames_of in self.sent.items() if t not in read}
+            every = [f for t, frames_of in self.sent.items() if t not in read for f in frames_of]
+            topic_rows = self._topic_frame(union_all(every), ["topic", "p"], ["topic"]) if every else None
+            store_rows = rows.filter(F.col("kind") == "s").selectExpr("topic", *_VIEW_COLUMNS)
             watermark = rows.filter(F.col("kind") == "w").agg(F.max("sts"))
-            return GeneralViews(frames, topics, rows.filter(F.col("kind") == "d"), watermark, self.persisted)
+            return GeneralViews(frames, topics, rows.filter(F.col("kind") == "d"), watermark, self.persisted,
+                                store_rows, topic_rows)
         except BaseException:
-            for df in self.persisted:
-                df.unpersist()
+            _release(self.persisted)
             raise
+
+    @staticmethod
+    def _topic_frame(sent: "DataFrame", by: list[str], extra: list[str] = ()) -> "DataFrame":
+        """Records sent (task output rows) as topic records; ``offset`` numbers each
+        ``by`` group (a topic's partition) in order key order."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        order = Window.partitionBy(*by).orderBy("ok")
+        return sent.select(*extra, F.col("k").alias("key"), F.col("v").alias("value"), F.col("ts").alias("timestamp"),
+                           F.col("p").alias("partition"), (F.row_number().over(order) - 1).cast("long").alias("offset"))
 
     def _global_sub(self, store: str, sub_id: int) -> SubTopology:
         """A one-task pseudo sub-topology (a negative ``sub_id``) filling global store

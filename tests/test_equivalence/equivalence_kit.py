@@ -3,6 +3,10 @@
 * :func:`raw_tables`: Kafka-like raw records per topic (partition by the Java client's murmur2
   of the key bytes, offsets increasing per partition in produce order), written as the Delta
   tables ``<lake>/raw/<topic>`` of contracts.md.
+* :func:`write_raw_batch` / :func:`raw_frames`: the raw records of many topics in ONE Delta
+  table (a ``topic`` column added), written once and read back by Spark once, as
+  ``input_frames`` of a plan's ``execute`` (a Delta table per topic costs Spark several
+  snapshot jobs per table: the differential suite's many small topics).
 * :func:`speed_views`: the same records piped into the ``TopologyTestDriver`` in batch order
   ``(timestamp, table records first, partition, offset)``; each view read back from its output
   topic (last record per key, tombstones remove) as ``{(key, window_start, window_end):
@@ -69,6 +73,30 @@ def write_raw(lake: Path, raws: list[Raw], topics: Iterable[str] = ()) -> None:
             schema=RAW_SCHEMA,
         )
         write_table(table, lake / "raw" / t, mode="overwrite")
+
+
+def write_raw_batch(lake: Path, raws: list[Raw]) -> Path:
+    """Write every record of ``raws`` to ONE Delta table ``<lake>/raw_batch`` (delta-rs): the
+    raw schema of contracts.md with a leading ``topic string`` column. Returns its path."""
+    schema = pa.schema([pa.field("topic", pa.string())] + list(RAW_SCHEMA))
+    table = pa.Table.from_pylist(
+        [{"topic": r.topic, "key": r.key, "value": r.value, "timestamp": r.timestamp, "partition": r.partition,
+          "offset": r.offset, "headers": []} for r in raws],
+        schema=schema,
+    )
+    path = lake / "raw_batch"
+    write_table(table, path, mode="overwrite")
+    return path
+
+
+def raw_frames(spark: Any, path: Path, topics: Iterable[str]) -> tuple[dict[str, Any], Any]:
+    """``({topic: DataFrame of its raw records}, the cached table)`` over the table
+    :func:`write_raw_batch` wrote: Spark reads it once (cached; ``unpersist`` the second
+    element when done), each topic a filter of it (empty for a topic without records)."""
+    from pyspark.sql import functions as F
+
+    table = spark.read.format("delta").load(str(path)).cache()
+    return {t: table.filter(F.col("topic") == t).drop("topic") for t in topics}, table
 
 
 def batch_order(raws: list[Raw], table_topics: set[str]) -> list[Raw]:

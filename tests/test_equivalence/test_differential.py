@@ -3,13 +3,19 @@ event-time order) and the batch layer (Spark over Delta) give equal results.
 
 Each hypothesis example is a list of :data:`BATCH` random topologies
 (``topology_strategies.examples``). They are built into ONE topology with prefixed names
-and recomputed in one Spark run over ``<lake>/raw/<topic>`` Delta tables, so Spark's
-per-job overhead is paid once per list; each topology also runs alone in its own driver.
-Compared, per topology: every materialized store (as view rows) and every output topic
-(per key, in order). A failing topology is reported with its ``describe()`` and inputs;
-hypothesis shrinks it (ops, terminal, records) to a minimal reproduction.
+and recomputed in one Spark run on the general executor (``outputs=True``), so Spark's
+per-run overhead is paid once per list; each topology also runs alone in its own driver.
+The batch's raw records are ONE Delta table (``equivalence_kit.write_raw_batch``) that
+Spark reads once and hands to the plan as ``input_frames``, one filter per topic (a Delta
+table per topic cost several Spark snapshot jobs per topic, most of the run); stores and
+topics are read back in one Spark job each (``GeneralViews.collect_stores`` /
+``collect_topics``). Compared, per topology: every materialized store (as view rows) and
+every output topic (per key, in order). A failing topology is reported with its
+``describe()`` and inputs; hypothesis shrinks it (ops, terminal, records) to a minimal
+reproduction.
 
-``DUET_DIFFERENTIAL_EXAMPLES`` (default 60, in batches of 20; 200 for the full run, ~10 min idle) sets how many random topologies run.
+``DUET_DIFFERENTIAL_EXAMPLES`` (default 200) sets how many random topologies run, in
+batches of ``DUET_DIFFERENTIAL_BATCH`` (default 50) per Spark run.
 """
 from __future__ import annotations
 
@@ -28,13 +34,14 @@ from speed_layer import Serdes, StreamsBuilder
 from speed_layer.testing import TopologyTestDriver
 
 sys.path.insert(0, str(Path(__file__).parent))
-from equivalence_kit import Raw, batch_order, produce, write_raw  # noqa: E402
+from equivalence_kit import Raw, batch_order, produce, raw_frames, write_raw_batch  # noqa: E402
 from topology_strategies import STREAMS, Example, build, examples, input_topics, register_by_value  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-TOTAL = int(os.environ.get("DUET_DIFFERENTIAL_EXAMPLES", "60"))
-BATCH = 20
+TOTAL = int(os.environ.get("DUET_DIFFERENTIAL_EXAMPLES", "200"))
+#: topologies per Spark run
+BATCH = max(1, min(int(os.environ.get("DUET_DIFFERENTIAL_BATCH", "50")), TOTAL))
 #: batch never stops on a failing record (it drops and counts it): the driver is run the
 #: same way, so a user function raising on an input drops that record on both sides
 CONFIG = {"application.id": "differential", "processing.exception.handler": "log_and_continue",
@@ -107,19 +114,22 @@ def test_random_topologies_agree(spark, tmp_path_factory: pytest.TempPathFactory
         raws += raws_of(ex, prefixed(i))
         topics += [prefixed(i) + t for t in input_topics(ex)]
     topology = b.build()
-    write_raw(lake, raws, topics)
-    views = compile_topology(topology, config=CONFIG, outputs=True).execute(spark, lake)
+    frames, table = raw_frames(spark, write_raw_batch(lake, raws), topics)
     try:
-        batch_stores = {s: sorted(tuple(r) for r in df.collect()) for s, df in views.items()}
-        batch_topics: dict[str, dict[Any, list[Any]]] = {}
-        for t, df in views.topics.items():
-            per_key: dict[Any, list[Any]] = {}
-            for r in df.orderBy("partition", "offset").collect():
-                key = None if r.key is None else bytes(r.key)
-                per_key.setdefault(key, []).append((None if r.value is None else bytes(r.value), r.timestamp))
-            batch_topics[t] = per_key
+        views = compile_topology(topology, config=CONFIG, outputs=True).execute(spark, lake, input_frames=frames)
+        try:
+            batch_stores = views.collect_stores()
+            batch_topics: dict[str, dict[Any, list[Any]]] = {}
+            for t, records in views.collect_topics().items():
+                per_key: dict[Any, list[Any]] = {}
+                for key, value, ts, _, _ in records:
+                    per_key.setdefault(None if key is None else bytes(key), []).append(
+                        (None if value is None else bytes(value), ts))
+                batch_topics[t] = per_key
+        finally:
+            views.release()
     finally:
-        views.release()
+        table.unpersist()
     for i, ex in enumerate(batch):
         p = prefixed(i)
         speed = driver_results(ex, p)
