@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import TopologyException
 from .graph.naming import NameGenerator
@@ -17,6 +17,9 @@ from .graph.nodes import GraphNode, InternalTopic, StoreSpec, SubTopology
 from .graph.ops import GlobalStoreOp, Op, ProcessOp, SinkOp, SourceOp
 from .options import StreamPartitioner, TimestampExtractor
 from .serde import Serde
+
+if TYPE_CHECKING:
+    from .describe import TopologyDescription
 
 
 @dataclass

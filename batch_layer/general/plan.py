@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..compiler import BatchOptions
+    from .run import GeneralViews
 
 __all__ = [
     "FULL_HISTORY_MS", "MAX_ROUNDS", "GeneralPlan", "Group", "batch_config", "full_history", "in_memory", "plan_general",

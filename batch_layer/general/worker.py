@@ -43,7 +43,6 @@ import pandas as pd
 
 from speed_layer.config import StreamsConfig
 from speed_layer.graph.nodes import SubTopology
-from speed_layer.graph.ops import GlobalStoreOp
 from speed_layer.runtime.partitioning import partition_for_key
 from speed_layer.runtime.task import Headers, Metrics, RawRecord, StreamTask
 from speed_layer.state.factories import build_store

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import heapq
 import struct
 import logging
 import traceback

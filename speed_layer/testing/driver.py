@@ -19,8 +19,6 @@ from typing import Any, Iterator
 
 from ..config import StreamsConfig
 from ..errors import StreamsException
-from ..graph.ops import SourceOp
-from ..processor.api import Record
 from ..runtime.task import Headers, Metrics, RawRecord, StreamTask
 from ..serde import Serde
 from ..state.factories import build_store

@@ -174,7 +174,6 @@ class SlidingWindowAggregateProcessor(_EmitOnWindowClose):
         """Kafka's ``processEarly``: records with ``0 <= t < D`` go into the window
         ``[0, D]`` (no negative window starts); their right windows are still created."""
         t = record.timestamp
-        d = self.windows.time_difference_ms
         combined: tuple[int, ValueAndTimestamp] | None = None
         right_agg: ValueAndTimestamp | None = None
         right_created = False
