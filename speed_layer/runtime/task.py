@@ -184,6 +184,24 @@ class _NodeContext(ProcessorContext):
         for process in self._child_procs:
             process(record)
 
+    def forward_flushed(self, record: Record[Any, Any]) -> None:
+        """Forward to every child a record that a store's record-cache flush emits (at
+        commit, or evicted by a put). An exception a downstream processor raises goes to
+        ``processing.exception.handler`` for that record alone, as Kafka's
+        ``ProcessorNode#process`` since 3.9 (KIP-1033) hands every exception of a
+        processor, a cache flush's included, to the ProcessingExceptionHandler; the flush
+        goes on with the next entry.
+
+        Raises:
+            StreamsException: under ``log_and_fail`` (the handler's FAIL), wrapping the error.
+        """
+        try:
+            self.forward(record)
+        except StreamsException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+            self._task.handle_flush_error(self._node.name, record, exc)
+
     def _forward_to(self, record: Record[Any, Any], child_name: str) -> None:
         if child_name not in self._children:
             raise StreamsException(f"{child_name} is not a child of {self._node.name}")
@@ -530,21 +548,50 @@ class StreamTask:
         if handler == "log_and_continue":
             log.warning("task %s: skipping record %s after %s error: %r", self.task_id, where, kind, exc)
             return
-        dlq = self.config.dead_letter_queue_topic
-        if not dlq:
-            raise StreamsException("errors.dead.letter.queue.topic.name must be set when an exception handler is 'dead_letter'")
         headers = list(raw.headers) + [
-            ("__streams.errors.exception", type(exc).__name__.encode()),
-            ("__streams.errors.message", str(exc).encode()),
-            ("__streams.errors.stacktrace", "".join(traceback.format_exception(exc)).encode()[:8000]),
-            ("__streams.errors.kind", kind.encode()),
             ("__streams.errors.topic", raw.topic.encode()),
             ("__streams.errors.partition", str(raw.partition).encode()),
             ("__streams.errors.offset", str(raw.offset).encode()),
         ]
+        self._dead_letter(kind, exc, where, raw.key, raw.value, raw.timestamp, headers)
+
+    def handle_flush_error(self, node: str, record: Record[Any, Any], exc: Exception) -> None:
+        """``processing.exception.handler`` for an exception raised downstream of ``node``
+        by a record its store's cache flush forwarded: ``log_and_fail`` raises,
+        ``log_and_continue`` drops the record (``dropped-records``), ``dead_letter`` sends a
+        dead letter with a null key and value (a flushed record has no source record of its
+        own: KIP-1034's ``sourceRawKey``/``sourceRawValue`` are null outside ``process``) and
+        the error headers, ``__streams.errors.node`` naming ``node``.
+
+        Raises:
+            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
+        """
+        handler = self.config.processing_exception_handler
+        where = f"flushed from the cache of {node} (key {record.key!r}, timestamp {record.timestamp})"
+        if handler == "log_and_fail":
+            raise StreamsException(f"processing error in task {self.task_id} on a record {where}: {exc!r}") from exc
+        self.metrics.inc(self.task_id, "dropped-records")
+        if handler == "log_and_continue":
+            log.warning("task %s: skipping a record %s after processing error: %r", self.task_id, where, exc)
+            return
+        self._dead_letter("processing", exc, where, None, None, record.timestamp, [("__streams.errors.node", node.encode())])
+
+    def _dead_letter(self, kind: str, exc: Exception, where: str, key: bytes | None, value: bytes | None, timestamp: int,
+                     headers: list[tuple[str, bytes]]) -> None:
+        """Send a dead letter to ``errors.dead.letter.queue.topic.name`` with the error
+        headers (KIP-1034 names) after ``headers``."""
+        dlq = self.config.dead_letter_queue_topic
+        if not dlq:
+            raise StreamsException("errors.dead.letter.queue.topic.name must be set when an exception handler is 'dead_letter'")
+        headers = headers + [
+            ("__streams.errors.exception", type(exc).__name__.encode()),
+            ("__streams.errors.message", str(exc).encode()),
+            ("__streams.errors.stacktrace", "".join(traceback.format_exception(exc)).encode()[:8000]),
+            ("__streams.errors.kind", kind.encode()),
+        ]
         self.metrics.inc(self.task_id, "dead-lettered")
         log.warning("task %s: record %s sent to %s after %s error: %r", self.task_id, where, dlq, kind, exc)
-        self.collector.send(dlq, raw.key, raw.value, raw.timestamp, headers, None)
+        self.collector.send(dlq, key, value, timestamp, headers, None)
 
     def send(self, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
         """Serialize with the sink's serdes and hand to the collector (partitioned by the

@@ -106,3 +106,41 @@ def test_config_errors_name_the_key() -> None:
         TopologyTestDriver(_topology(), _config(**{"deserialization.exception.handler": "ignore"}))
     with pytest.raises(ConfigException, match="unknown config key"):
         TopologyTestDriver(_topology(), _config(**{"no.such.key": 1}))
+
+
+def _cached_counts_topology() -> Any:
+    """A count with a caching store (the default), its updates forwarded on the cache
+    flush at commit (the driver commits after every record) into a mapper that raises on
+    a count of 2."""
+    b = StreamsBuilder()
+    counts = b.stream("in", Consumed(key_serde=S, value_serde=S)).group_by_key().count()
+    counts.to_stream().map_values(lambda n: 10 // (n - 2)).to("out")
+    return b.build()
+
+
+@pytest.mark.parametrize("handler", ["log_and_fail", "log_and_continue", "dead_letter"])
+def test_processing_error_in_a_cache_flush_goes_to_the_handler(handler: str) -> None:
+    """As Kafka's ProcessorNode#process since 3.9 (KIP-1033), whose handler sees every
+    exception of a processor, one raised by a record a cache flush forwards included: the
+    flushed record is dropped (or dead-lettered) and the flush and the task go on."""
+    cfg = _config(**{"processing.exception.handler": handler, "errors.dead.letter.queue.topic.name": "dlq"})
+    with TopologyTestDriver(_cached_counts_topology(), cfg) as d:
+        inp = d.create_input_topic("in", S, S)
+        inp.pipe_input("a", "x", 1)
+        if handler == "log_and_fail":
+            with pytest.raises(StreamsException, match="flushed from the cache"):
+                inp.pipe_input("a", "y", 2)
+            return
+        inp.pipe_input("a", "y", 2)  # count 2: 10 // 0 raises in the flush's forward
+        inp.pipe_input("a", "z", 3)
+        inp.pipe_input("b", "x", 4)
+        assert d.create_output_topic("out").read_key_values_to_list() == [("a", -10), ("a", 10), ("b", -10)]
+        assert d.dropped_records() == 1
+        dead = d.create_output_topic("dlq", Serdes.Bytes(), Serdes.Bytes()).read_records_to_list()
+        if handler == "dead_letter":
+            assert [(r.key, r.value, r.timestamp) for r in dead] == [(None, None, 2)]
+            headers = dict(dead[0].headers)
+            assert headers["__streams.errors.exception"] == b"ZeroDivisionError"
+            assert headers["__streams.errors.node"].startswith(b"KSTREAM-AGGREGATE-") or headers["__streams.errors.node"].startswith(b"KTABLE-")
+        else:
+            assert dead == []

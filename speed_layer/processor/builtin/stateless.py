@@ -98,7 +98,8 @@ class _MaterializedTable(OpProcessor):
 
             def on_flush(key: Any, new: ValueAndTimestamp | None, old: ValueAndTimestamp | None) -> None:
                 ts = new.timestamp if new is not None else (old.timestamp if old is not None else -1)
-                self.context.forward(Record(key, Change(None if new is None else new.value, None if old is None else old.value), ts))
+                self.context.forward_flushed(  # type: ignore[attr-defined]
+                    Record(key, Change(None if new is None else new.value, None if old is None else old.value), ts))
 
             self.store.flush_listener = on_flush
 
