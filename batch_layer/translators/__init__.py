@@ -8,8 +8,11 @@ joins' stores), ``aggregate`` (plain, tumbling / hopping, sliding and session
 aggregations), ``cogroup`` (cogrouped aggregations), ``table_aggregate`` (``KTable.group_by``
 and KGroupedTable count / reduce / aggregate with adder and subtractor), ``stream_joins``
 (KStream-KStream windowed joins: inner per key, left / outer per task, replaying the
-speed layer's join processors). An op type missing from :data:`TRANSLATORS` (foreign-key
-joins, suppress, ...) or refused by its translator's ``check`` (a user Processor, a
+speed layer's join processors), ``suppress`` (``suppress(until_window_closes)`` directly
+over a tumbling / hopping / session aggregation, and its ``toStream``: per task, replaying
+the speed layer's aggregate and suppress processors). An op type missing from
+:data:`TRANSLATORS` (foreign-key joins, ...) or refused by its translator's ``check`` (a
+user Processor, a suppress until a time limit or into an order-sensitive consumer, a
 versioned table re-grouped or joined, a cogroup whose inputs share a topic, a change
 stream of an aggregation or a join, a stream-stream self-join, a left / outer
 stream-stream join with a repartitioned side or an order-sensitive consumer, ...) has no
@@ -33,7 +36,8 @@ from .stateless import (
     PassThroughTranslator,
 )
 from .stream_joins import JoinWindowTranslator, StreamStreamJoinTranslator
-from .table import TableFilterTranslator, TableMapValuesTranslator, ToStreamTranslator
+from .suppress import SuppressTranslator, ToStreamOrSuppressedTranslator
+from .table import TableFilterTranslator, TableMapValuesTranslator
 from .table_aggregate import TableAggregateTranslator, TableSelectTranslator
 from .table_joins import TableTableJoinTranslator
 
@@ -66,7 +70,7 @@ TRANSLATORS: dict[type, Translator] = {
     ops.GlobalStoreOp: GlobalStoreTranslator(),
     ops.TableFilterOp: TableFilterTranslator(),
     ops.TableMapValuesOp: TableMapValuesTranslator(),
-    ops.ToStreamOp: ToStreamTranslator(),
+    ops.ToStreamOp: ToStreamOrSuppressedTranslator(),
     ops.StreamTableJoinOp: StreamTableJoinTranslator(),
     ops.AggregateOp: AggregateTranslator(),
     ops.TableTableJoinOp: TableTableJoinTranslator(),
@@ -75,6 +79,7 @@ TRANSLATORS: dict[type, Translator] = {
     ops.CogroupOp: CogroupTranslator(),
     ops.JoinWindowStoreOp: JoinWindowTranslator(),
     ops.StreamStreamJoinOp: StreamStreamJoinTranslator(),
+    ops.SuppressOp: SuppressTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store

@@ -42,9 +42,11 @@ from ._runtime import ORDER, Errors, _stream_frame, add_error, dumps, flush, sor
 
 
 class _Config:
-    """The speed layer config the join reads: no wall-clock throttle in batch."""
+    """The speed layer config the replayed processors read: no wall-clock throttle in batch
+    (as ``batch_layer.general.plan.batch_config``)."""
 
     outer_join_emit_interval_ms = 0
+    windowed_aggregation_emit_interval_ms = 0
 
 
 class _Metrics:
@@ -59,8 +61,9 @@ class _Task:
 
 
 class _ReplayContext:
-    """The little of a ``ProcessorContext`` the join processors use: stores, a forward to
-    ``target`` and a wall clock standing still (as in the general executor)."""
+    """The little of a ``ProcessorContext`` the join, aggregate and suppress processors use:
+    stores, a forward (and a cache flush's forward) to ``target``, no record metadata and a
+    wall clock standing still (as in the general executor)."""
 
     _task = _Task()
 
@@ -72,6 +75,12 @@ class _ReplayContext:
 
     def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
         self.target(record)
+
+    def forward_flushed(self, record: Record[Any, Any]) -> None:
+        self.target(record)
+
+    def record_metadata(self) -> None:
+        return None
 
     def current_system_time_ms(self) -> int:
         return 0
@@ -135,4 +144,6 @@ class StreamJoinGroup:
         return _stream_frame(out)
 
 
-__all__ = ["JoinSpec", "StreamJoinGroup"]
+__all__ = ["JoinSpec", "ReplayContext", "StreamJoinGroup"]
+
+ReplayContext = _ReplayContext

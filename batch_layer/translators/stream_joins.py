@@ -74,7 +74,7 @@ def join_nodes(node: GraphNode, topology: "Topology") -> tuple[GraphNode, GraphN
     raise Unsupported(f"the other side of KStream-KStream join node {node.name!r} is not in the topology")
 
 
-def _upstream(topology: "Topology", name: str) -> tuple[set[str], bool]:
+def _upstream(topology: "Topology", name: str, what: str = "a KStream-KStream join side") -> tuple[set[str], bool]:
     """``(raw input topics, read through a topology-written topic)`` of the stream ``name``.
 
     Raises:
@@ -86,19 +86,23 @@ def _upstream(topology: "Topology", name: str) -> tuple[set[str], bool]:
     for node, raw in walk_upstream(topology, name):
         if isinstance(node.op, ops.SourceOp):
             if node.op.timestamp_extractor is not None:
-                raise Unsupported(f"a KStream-KStream join side reads source {node.name!r} with a timestamp extractor (the "
+                raise Unsupported(f"{what} reads source {node.name!r} with a timestamp extractor (the "
                                   "batch order is the raw timestamps', the join's stream time the extracted ones)")
             topics.update(raw)
             internal = internal or len(raw) < len(node.op.topics)
         elif not isinstance(node.op, (ops.SinkOp, *_STATELESS)):
-            raise Unsupported(f"a KStream-KStream join side is only translated over stateless stream ops on source or "
+            raise Unsupported(f"{what} is only translated over stateless stream ops on source or "
                               f"repartition topics, not over {type(node.op).__name__} node {node.name!r}")
     return topics, internal
 
 
-def _check_order_free_downstream(topology: "Topology", merge: str) -> None:
+_LATE_JOIN = "a left / outer KStream-KStream join emits an unmatched record when stream time passes its window's close"
+
+
+def _check_order_free_downstream(topology: "Topology", merge: str, why: str = _LATE_JOIN) -> None:
     """Raise :class:`Unsupported` unless every consumer downstream of ``merge`` (the
-    output of a left / outer join) is a stateless step, a repartition or a plain count."""
+    output of a left / outer join, or of a suppressed aggregation's ``toStream``) is a
+    stateless step, a repartition or a plain count; ``why`` starts the reason."""
     children = topology.child_map()
     readers: dict[str, list[str]] = {}
     for n in topology.nodes.values():
@@ -121,8 +125,7 @@ def _check_order_free_downstream(topology: "Topology", merge: str) -> None:
         if isinstance(op, _STATELESS + (ops.SourceOp,)):
             stack.extend(children.get(n, ()))
             continue
-        raise Unsupported(f"a left / outer KStream-KStream join emits an unmatched record when stream time passes its "
-                          f"window's close, after younger records: only stateless steps, repartitions and a plain count "
+        raise Unsupported(f"{why}, after younger records: only stateless steps, repartitions and a plain count "
                           f"downstream are translated (their result does not depend on that order), not "
                           f"{type(op).__name__} node {n!r}")
 
