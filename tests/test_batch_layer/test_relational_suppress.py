@@ -3,7 +3,7 @@ relational path (``batch_layer/translators/suppress.py``): the stores downstream
 suppressed stream (which windows were emitted, with which final value) computed three
 ways, relational plan, general executor and TopologyTestDriver fed in event-time order
 (``three_ways`` of test_relational_translations), plus the cases refused to the general
-executor. Two Spark scenarios (one topology carrying a tumbling and a session branch), each
+executor. Two Spark scenarios (one topology: tumbling, session and hopping branches), each
 two Spark runs: about 10-25 s on a loaded 2-core machine."""
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 FINAL = Suppressed.until_window_closes(BufferConfig.unbounded())
 TUMBLING = TimeWindows.of_size_and_grace(10, 5)
 SESSIONS = SessionWindows.of_inactivity_gap_and_grace(4, 3)
+HOPPING = TimeWindows.of_size_and_grace(10, 4).advance_by(5)
 
 # (key, value, ts), listed out of order (fed in batch order: by timestamp), a null key, and
 # the last records (90, 93) whose windows never close (stream time 93 < 100 + 5, 90 + 4 + 3)
@@ -44,18 +45,29 @@ def _final(wk: Any, v: Any) -> tuple[str, Any]:
     return f"{wk.key}@{wk.window.start}-{wk.window.end}={v}", v
 
 
+def _sum_but_13(key: Any, value: Any, agg: int) -> int:
+    if value == 13:
+        raise ValueError("boom")
+    return agg + value
+
+
 def _topology(downstream: str = "count", suppressed: Suppressed = FINAL, windows: Any = None) -> Topology:
     """``events`` counted per tumbling window (``tw``) and summed per session (``ss``),
     both suppressed until their windows close; each emitted final result counted by its
     window and value (``tw-finals``, ``ss-finals``: 1 per emitted window) and the emitted
     windows per key (``tw-closed``, after a repartition). ``downstream`` "reduce": a
-    reduce over the emitted stream instead (order-sensitive)."""
+    reduce over the emitted stream instead (order-sensitive). With the default arguments
+    also a hopping sum whose aggregator raises on 13 (the record is dropped), suppressed,
+    its ``toStream`` key-mapped to the final result (``hw-finals``)."""
     b = StreamsBuilder()
     grouped = b.stream("events").group_by_key()
     tables = {
         "tw": grouped.windowed_by(windows or TUMBLING).count(Materialized.as_("tw")),
         "ss": grouped.windowed_by(SESSIONS).reduce(lambda a, c: a + c, Materialized.as_("ss")),
     }
+    if downstream == "count" and suppressed is FINAL and windows is None:
+        hopping = grouped.windowed_by(HOPPING).aggregate(lambda: 0, _sum_but_13, Materialized.as_("hw"))
+        hopping.suppress(FINAL).to_stream(lambda wk, v: _final(wk, v)[0]).group_by_key().count(Materialized.as_("hw-finals"))
     for name, table in tables.items():
         finals = table.suppress(suppressed).to_stream()
         if downstream == "reduce":
@@ -81,6 +93,9 @@ def test_suppressed_windows_on_one_partition(spark, tmp_path: Path) -> None:
     assert {"a@5-7=9", "b@1-3=13", "d@75-75=21"} <= ss and not any(k.startswith(("a@90", "c@93")) for k in ss)
     assert {(r[0], r[1]) for r in res["relational"]["tw"]} >= {("a", 90), ("c", 90)}  # open, not absent
     assert len(tw) == 17 and len(ss) == 18  # each emitted window counted once
+    hw = _emitted(res["relational"]["hw-finals"])  # c@27 (13) failed: no window of its own
+    assert {"a@0-10=10", "a@5-15=14", "b@0-10=13"} <= hw
+    assert not any(k.startswith(("c@20", "c@25", "a@85", "a@90")) for k in hw)
 
 
 @pytest.mark.spark
