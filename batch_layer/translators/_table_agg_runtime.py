@@ -80,17 +80,7 @@ class TableAggFold(_Fold):
 
     def __init__(self, node: str, op: Any, errors_acc: Any) -> None:
         self.node, self.op, self.errors_acc = node, op, errors_acc
-        if op.kind == "count":
-            self.add: Any = lambda k, v, agg: agg + 1
-            self.sub: Any = lambda k, v, agg: agg - 1
-            self.init: Any = lambda: 0
-        elif op.kind == "reduce":
-            adder, subtractor = op.adder, op.subtractor
-            self.add = lambda k, v, agg: adder(agg, v)
-            self.sub = lambda k, v, agg: subtractor(agg, v)
-            self.init = None
-        else:
-            self.add, self.sub, self.init = op.adder, op.subtractor, op.initializer
+        self.init, self.add, self.sub = op.functions()
 
     def step(self, key: Any, change: Change[Any], ts: int, state: tuple[Any, int] | None) -> tuple[Any, int] | None:
         """The store's ``(aggregate, timestamp)`` of ``key`` after one record

@@ -252,6 +252,19 @@ class TableAggregateOp(Op):
     subtractor: Callable[..., Any] | None = None
     kafka_prefix = "KTABLE-AGGREGATE"
 
+    def functions(self) -> tuple[Callable[[], Any] | None, Callable[[Any, Any, Any], Any], Callable[[Any, Any, Any], Any]]:
+        """``(initializer, adder(key, value, agg), subtractor(key, value, agg))`` for every
+        kind, as the speed layer's processor and the batch layer's fold both apply them;
+        reduce's initializer is None (the first value is the aggregate)."""
+        if self.kind == "count":
+            return (lambda: 0), (lambda k, v, agg: agg + 1), (lambda k, v, agg: agg - 1)
+        if self.kind == "reduce":
+            adder, subtractor = self.adder, self.subtractor
+            assert adder is not None and subtractor is not None
+            return None, (lambda k, v, agg: adder(agg, v)), (lambda k, v, agg: subtractor(agg, v))
+        assert self.adder is not None and self.subtractor is not None
+        return self.initializer, self.adder, self.subtractor
+
 
 @dataclass(frozen=True)
 class StreamTableJoinOp(Op):

@@ -63,18 +63,7 @@ class TableAggregateProcessor(_Forwarding):
         super().init(context)
         self.store: KeyValueStore = context.get_state_store(self.op.store)
         self._install_flush(self.store)
-        op = self.op
-        if op.kind == "count":
-            self._add = lambda k, v, agg: agg + 1
-            self._sub = lambda k, v, agg: agg - 1
-            self._init = lambda: 0
-        elif op.kind == "reduce":
-            adder, subtractor = op.adder, op.subtractor
-            self._add = lambda k, v, agg: adder(agg, v)
-            self._sub = lambda k, v, agg: subtractor(agg, v)
-            self._init = None
-        else:
-            self._add, self._sub, self._init = op.adder, op.subtractor, op.initializer
+        self._init, self._add, self._sub = self.op.functions()
 
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
