@@ -27,6 +27,7 @@ KStreamWindowAggregate, KStreamSessionWindowAggregate):
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, Callable
 
 from ...state.stores import KeyValueStore, SessionStore, ValueAndTimestamp, WindowStore
@@ -71,10 +72,11 @@ class _EmitOnWindowClose(_Forwarding):
     """The ON_WINDOW_CLOSE half of Kafka's AbstractKStreamTimeWindowAggregateProcessor
     (KIP-825): after each record, at most once per
     ``__emit.interval.ms.kstreams.windowed.aggregation__`` ms of wall-clock time and only
-    when the window close time (observed stream time - grace) has progressed, forward
-    every window of the store whose start is in ``[lower, upper]`` as ``Change(value,
-    None)`` with the window's timestamp and the record's headers, in start-then-key order
-    (Kafka's time-ordered window store). Subclasses give the bounds."""
+    when the window close time (observed stream time - grace) has progressed, forward the
+    closed windows as ``Change(value, None)`` with the window's timestamp and the record's
+    headers: the emit throttle, its metadata across restarts and the flush set-up shared by
+    window stores (:class:`_EmitWindowRangeOnClose`, in start-then-key order as Kafka's
+    time-ordered window store) and session stores."""
 
     windows: Any
     store: Any  # a WindowStore, or a SessionStore for sessions
@@ -114,15 +116,6 @@ class _EmitOnWindowClose(_Forwarding):
         if add is not None:
             add(self.op.store, close_time)
 
-    def _emit_lower(self, close_time: int) -> int:
-        raise NotImplementedError
-
-    def _emit_upper(self, close_time: int) -> int:
-        raise NotImplementedError
-
-    def _should_range_fetch(self, lower: int, upper: int) -> bool:
-        return True
-
     def _emit_due(self, close_time: int) -> bool:
         """Whether to emit closed windows now: ON_WINDOW_CLOSE, the wall-clock throttle has
         passed (it restarts here), and the close time progressed since the last emission."""
@@ -134,6 +127,23 @@ class _EmitOnWindowClose(_Forwarding):
         self.next_time_to_emit = now + self.emit_interval_ms
         last = self.last_emit_window_close_time
         return last == -1 or last < close_time
+
+
+class _EmitWindowRangeOnClose(_EmitOnWindowClose):
+    """ON_WINDOW_CLOSE over a window store (time and sliding windows): the closed windows
+    are the store's windows whose start is in ``[_emit_lower, _emit_upper]``, bounds each
+    window kind gives as Kafka's ``emitRangeLowerBound`` / ``emitRangeUpperBound``."""
+
+    @abstractmethod
+    def _emit_lower(self, close_time: int) -> int:
+        """The lowest window start to emit (ms)."""
+
+    @abstractmethod
+    def _emit_upper(self, close_time: int) -> int:
+        """The highest window start to emit (ms); negative: nothing to emit."""
+
+    def _should_range_fetch(self, lower: int, upper: int) -> bool:
+        return True
 
     def _maybe_forward_final(self, record: Record[Any, Any], close_time: int) -> None:
         if not self._emit_due(close_time):
@@ -191,7 +201,7 @@ class StreamAggregateProcessor(_Forwarding):
             self.forward(Record(record.key, Change(agg, None if old is None or not self.send_old else old.value), ts, record.headers))
 
 
-class TimeWindowAggregateProcessor(_EmitOnWindowClose):
+class TimeWindowAggregateProcessor(_EmitWindowRangeOnClose):
     """Tumbling/hopping window aggregation into a window store (Kafka's
     KStreamWindowAggregate), emitting on each update or, with ON_WINDOW_CLOSE, once per
     closed window."""

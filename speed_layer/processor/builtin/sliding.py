@@ -29,10 +29,10 @@ from typing import Any
 from ...state.stores import ValueAndTimestamp, WindowStore
 from ...windows import SlidingWindows, Window, Windowed
 from ..api import Change, Record
-from .aggregate import _EmitOnWindowClose, aggregate_functions
+from .aggregate import _EmitWindowRangeOnClose, aggregate_functions
 
 
-class SlidingWindowAggregateProcessor(_EmitOnWindowClose):
+class SlidingWindowAggregateProcessor(_EmitWindowRangeOnClose):
     """count/reduce/aggregate over :class:`SlidingWindows` into a timestamped window store
     whose window size is the time difference (see the module docstring)."""
 
