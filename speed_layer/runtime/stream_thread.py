@@ -128,6 +128,11 @@ def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
+def _held_size(raw: RawRecord) -> int:
+    """Bytes a held record counts against ``HELD_BYTES_PER_PARTITION``: key and value."""
+    return len(raw.key or b"") + len(raw.value or b"")
+
+
 class StreamThread(threading.Thread):
     """See the module docstring. States (Kafka's ``StreamThread.State``): CREATED, STARTING,
     PARTITIONS_REVOKED, PARTITIONS_ASSIGNED, RUNNING, PENDING_SHUTDOWN, DEAD."""
@@ -796,7 +801,7 @@ class StreamThread(threading.Thread):
         if held is None:
             held = self._held[tp] = deque()
         held.append(raw)
-        self._held_bytes[tp] = self._held_bytes.get(tp, 0) + len(raw.key or b"") + len(raw.value or b"")
+        self._held_bytes[tp] = self._held_bytes.get(tp, 0) + _held_size(raw)
 
     def _ready(self, task: StreamTask, now: float) -> bool:
         """Kafka's ``PartitionGroup#readyToProcess`` (KIP-695): an empty input partition
@@ -959,7 +964,7 @@ class StreamThread(threading.Thread):
                 popleft, append = held.popleft, queue.append
                 for _ in range(min(room, len(held))):
                     raw = popleft()
-                    n -= len(raw.key or b"") + len(raw.value or b"")
+                    n -= _held_size(raw)
                     append(raw)
                 held_bytes[tp] = n
                 if not held:
@@ -971,7 +976,6 @@ class StreamThread(threading.Thread):
             if tp not in self._held and self.tp_task[tp].buffered_in(*tp) < limit:
                 resume.append(tp)
         if pause:
-
             self.consumer.pause([TopicPartition(t, p) for t, p in pause])
             self._paused.update(pause)
         if resume:
