@@ -28,27 +28,8 @@ from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key
 
 from ..general.plan import FULL_HISTORY_MS
+from ._replay_context import ReplayContext
 from ._runtime import Errors, _Fold, _view_frame, add_error, flush, key_text
-
-
-class _ReplayContext:
-    """The little of a ``ProcessorContext`` the processor uses in a replay: its store;
-    forwards and drop counts go nowhere (the view is the store)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    def get_state_store(self, name: str) -> Any:
-        return self.store
-
-    def forward(self, record: Any, child: str | None = None) -> None:
-        return None
-
-    def forward_flushed(self, record: Any) -> None:
-        return None
-
-    def record_dropped(self, node: str, reason: str, window: Any = None) -> None:
-        return None
 
 
 class _ReplayProcessor(SlidingWindowAggregateProcessor):
@@ -56,6 +37,10 @@ class _ReplayProcessor(SlidingWindowAggregateProcessor):
 
     def _maybe_forward_final(self, record: Record[Any, Any], close_time: int) -> None:
         return None
+
+
+def _discard(record: Record[Any, Any]) -> None:
+    """Forwards go nowhere: the view is the store (emission is skipped, see above)."""
 
 
 class SlidingFold(_Fold):
@@ -72,7 +57,7 @@ class SlidingFold(_Fold):
         rows = []
         store = build_store(self.spec, None, None)
         proc = _ReplayProcessor(GraphNode(self.node, self.op))
-        proc.init(_ReplayContext(store))
+        proc.init(ReplayContext({self.spec.name: store}, _discard))  # the view is the store
         d = self.op.windows.time_difference_ms
         for _gk, recs in self.per_key(pdf):
             proc.observed_stream_time = -1

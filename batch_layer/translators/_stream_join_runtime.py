@@ -38,55 +38,8 @@ from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key, encode_key
 
 from ..general.plan import FULL_HISTORY_MS
+from ._replay_context import ReplayContext
 from ._runtime import ORDER, Errors, _stream_frame, add_error, dumps, flush, sorted_rows
-
-
-class _Config:
-    """The speed layer config the replayed processors read: no wall-clock throttle in batch
-    (as ``batch_layer.general.plan.batch_config``)."""
-
-    outer_join_emit_interval_ms = 0
-    windowed_aggregation_emit_interval_ms = 0
-
-
-class _Metrics:
-    def inc(self, task_id: Any, name: str) -> None:
-        return None
-
-
-class _Task:
-    config = _Config()
-    metrics = _Metrics()
-    task_id = None
-
-
-class _ReplayContext:
-    """The little of a ``ProcessorContext`` the join, aggregate and suppress processors use:
-    stores, a forward (and a cache flush's forward) to ``target``, no record metadata and a
-    wall clock standing still (as in the general executor)."""
-
-    _task = _Task()
-
-    def __init__(self, stores: dict[str, Any], target: Any) -> None:
-        self.stores, self.target = stores, target
-
-    def get_state_store(self, name: str) -> Any:
-        return self.stores[name]
-
-    def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
-        self.target(record)
-
-    def forward_flushed(self, record: Record[Any, Any]) -> None:
-        self.target(record)
-
-    def record_metadata(self) -> None:
-        return None
-
-    def current_system_time_ms(self) -> int:
-        return 0
-
-    def record_dropped(self, node: str, reason: str, window: Any = None) -> None:
-        return None
 
 
 class JoinSpec:
@@ -118,9 +71,9 @@ class StreamJoinGroup:
         windowed = []
         for side in (0, 1):
             j = StreamStreamJoinProcessor(spec.joins[side])
-            j.init(_ReplayContext(stores, emitted.append))
+            j.init(ReplayContext(stores, emitted.append))
             w = JoinWindowProcessor(spec.windowed[side])
-            w.init(_ReplayContext(stores, j.process))
+            w.init(ReplayContext(stores, j.process))
             joins.append(j)
             windowed.append(w)
         if self.by_task:
@@ -144,6 +97,4 @@ class StreamJoinGroup:
         return _stream_frame(out)
 
 
-__all__ = ["JoinSpec", "ReplayContext", "StreamJoinGroup"]
-
-ReplayContext = _ReplayContext
+__all__ = ["JoinSpec", "StreamJoinGroup"]

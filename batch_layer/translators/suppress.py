@@ -60,7 +60,7 @@ from speed_layer.windows import SessionWindows, TimeWindows
 from ..general.plan import FULL_HISTORY_MS
 from . import _runtime as rt
 from ._plan import FrameBase, StreamPipe
-from ._stream_join_runtime import ReplayContext
+from ._replay_context import ReplayContext
 from .base import Translator, Unsupported
 from .stream_joins import _check_order_free_downstream, _upstream
 from .table import ToStreamTranslator
