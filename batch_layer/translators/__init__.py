@@ -8,16 +8,18 @@ joins' stores), ``aggregate`` (plain, tumbling / hopping, sliding and session
 aggregations), ``cogroup`` (cogrouped aggregations), ``table_aggregate`` (``KTable.group_by``
 and KGroupedTable count / reduce / aggregate with adder and subtractor), ``stream_joins``
 (KStream-KStream windowed joins: inner per key, left / outer per task, replaying the
-speed layer's join processors), ``suppress`` (``suppress(until_window_closes)`` directly
-over a tumbling / hopping / session aggregation, and its ``toStream``: per task, replaying
-the speed layer's aggregate and suppress processors). An op type missing from
-:data:`TRANSLATORS` (foreign-key joins, ...) or refused by its translator's ``check`` (a
-user Processor, a suppress until a time limit or into an order-sensitive consumer, a
-versioned table re-grouped or joined, a cogroup whose inputs share a topic, a change
-stream of an aggregation or a join, a stream-stream self-join, a left / outer
-stream-stream join with a repartitioned side or an order-sensitive consumer, ...) has no
-relational form: ``compile_topology`` then runs the plan on the general executor
-(``batch_layer.general``; docs/batch-executors.md).
+speed layer's join processors), ``fk_joins`` (KTable-KTable foreign-key joins, KIP-213:
+the resolver's records, replayed per left key then per foreign key), ``suppress``
+(``suppress(until_window_closes)`` directly over a tumbling / hopping / session
+aggregation, and its ``toStream``: per task, replaying the speed layer's aggregate and
+suppress processors). An op type missing from :data:`TRANSLATORS` or refused by its
+translator's ``check`` (a user Processor, a suppress until a time limit or into an
+order-sensitive consumer, a versioned table re-grouped or joined, a cogroup whose inputs
+share a topic, a change stream of an aggregation or a join, a stream-stream self-join, a
+left / outer stream-stream join with a repartitioned side or an order-sensitive consumer,
+a foreign-key join whose tables share an input topic, ...) has no relational form:
+``compile_topology`` then runs the plan on the general executor (``batch_layer.general``;
+docs/batch-executors.md).
 
 Importing this package does not start Spark.
 """
@@ -29,6 +31,7 @@ from speed_layer.graph.nodes import GraphNode
 from .aggregate import AggregateTranslator
 from .base import Translator, Unsupported
 from .cogroup import CogroupTranslator
+from .fk_joins import ForeignKeyJoinTranslator
 from .joins import StreamTableJoinTranslator
 from .sources import GlobalStoreTranslator, SinkTranslator, SourceTranslator, TableSourceTranslator
 from .stateless import (
@@ -80,6 +83,7 @@ TRANSLATORS: dict[type, Translator] = {
     ops.JoinWindowStoreOp: JoinWindowTranslator(),
     ops.StreamStreamJoinOp: StreamStreamJoinTranslator(),
     ops.SuppressOp: SuppressTranslator(),
+    ops.ForeignKeyJoinOp: ForeignKeyJoinTranslator(),
 }
 
 #: op types whose node can be the writer of a view's store
