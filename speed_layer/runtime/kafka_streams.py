@@ -119,6 +119,7 @@ class KafkaStreams:
         self.errors: list[BaseException] = []
         self._started_at = 0.0
         self._commit_total_dead = 0
+        self._poll_total_dead = 0
         self._admin: Any = None
 
     # ------------------------------------------------------------------ client configs
@@ -231,6 +232,7 @@ class KafkaStreams:
         if thread is not None:
             self._dead_metrics.append(thread.metrics)
             self._commit_total_dead += thread.commit_total
+            self._poll_total_dead += thread.poll_total
         if self._state in ("PENDING_SHUTDOWN", "NOT_RUNNING", "PENDING_ERROR", "ERROR"):
             return
         action = "SHUTDOWN_CLIENT"
@@ -520,7 +522,9 @@ class KafkaStreams:
         (records/s since start), ``dropped-records-total`` (of which
         ``dropped-records-late-total`` late and ``dead-lettered-total`` sent to the DLQ),
         ``commit-total``, ``enforced-processing-total``, ``restore-total`` (changelog records
-        replayed into stores), ``alive-stream-threads``, and
+        replayed into stores), ``alive-stream-threads``, ``poll-total`` (iterations of the
+        stream threads' loops) and ``process-records-avg`` (records processed per
+        iteration, as Kafka's thread metric), and
         ``tasks``: ``{task id: {metric: value}}``."""
         totals: dict[str, int] = {}
         tasks: dict[str, dict[str, int]] = {}
@@ -530,6 +534,7 @@ class KafkaStreams:
                 tasks.setdefault(task, {})[name] = tasks.setdefault(task, {}).get(name, 0) + v
         elapsed = max(1e-9, time.monotonic() - self._started_at) if self._started_at else 0.0
         process_total = totals.get("process", 0)
+        poll_total = sum(t.poll_total for t in list(self._threads)) + self._poll_total_dead
         return {
             "process-total": process_total,
             "process-rate": process_total / elapsed if elapsed else 0.0,
@@ -539,6 +544,8 @@ class KafkaStreams:
             "enforced-processing-total": totals.get("enforced-processing", 0),
             "restore-total": totals.get("restored-records", 0),
             "commit-total": sum(t.commit_total for t in list(self._threads)) + self._commit_total_dead,
+            "poll-total": poll_total,
+            "process-records-avg": process_total / poll_total if poll_total else 0.0,
             "alive-stream-threads": sum(1 for t in list(self._threads) if t.is_alive()),
             "tasks": tasks,
         }
