@@ -5,16 +5,12 @@ record is consumed while reporting progress, the counters the main job reports, 
 records the speed layer dropped as late (needed to exclude their windows when the speed and
 batch results are compared, see :func:`late_exclusions`).
 
-Late records come from the runtime when it exposes them (``late_records()`` /
-``late_windows()`` on ``KafkaStreams``); otherwise they are captured from the processors'
-drop log (logger ``speed_layer.processor``, one DEBUG line per dropped record naming the
-node, key, timestamp and reason), which works because the runtime runs in this process.
+Late records and the windows they missed come from the runtime (``KafkaStreams.late_records()``
+and ``late_windows()``).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -27,12 +23,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from serving.views.model import ViewSpec
-    from speed_layer.topology import Topology
+    from speed_layer import KafkaStreams
 
 __all__ = [
     "APP_ID_PREFIX",
     "LateRecord",
-    "LateRecordLog",
     "SpeedStats",
     "SpeedLayerFailed",
     "new_application_id",
@@ -90,87 +85,20 @@ class LateRecord:
     timestamp: int
 
 
-class LateRecordLog(logging.Handler):
-    """Captures the late drops the processors log, mapped to their store.
-
-    Install with :meth:`install` (returns self) and remove with :meth:`uninstall`. Only the
-    ``speed_layer.processor`` logger is lowered to DEBUG, and only its drop lines are kept.
-    """
-
-    LOGGER = "speed_layer.processor"
-
-    def __init__(self, topology: Topology) -> None:
-        super().__init__(level=logging.DEBUG)
-        writers: Mapping[str, str] = getattr(topology, "store_writers", {}) or {}
-        self._store_of_node = {node: store for store, node in writers.items()}
-        self._lock_records = threading.Lock()
-        self.records: list[LateRecord] = []
-        self._old_level: int | None = None
-        self._old_propagate = True
-
-    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102
-        args = record.args
-        if not isinstance(args, tuple) or len(args) != 4:
-            return
-        node, key, ts, reason = args
-        if not str(reason).startswith("late"):
-            return
-        store = self._store_of_node.get(str(node))
-        if store is None:
-            return
-        with self._lock_records:
-            self.records.append(LateRecord(store, _key_text(key), int(ts)))
-
-    def install(self) -> LateRecordLog:
-        """Attach to the processors' logger (DEBUG, not propagated to the root handlers)."""
-        logger = logging.getLogger(self.LOGGER)
-        self._old_level = logger.level
-        self._old_propagate = logger.propagate
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False  # the drop lines must not flood the console
-        logger.addHandler(self)
-        return self
-
-    def uninstall(self) -> None:
-        """Detach and restore the logger's level."""
-        logger = logging.getLogger(self.LOGGER)
-        logger.removeHandler(self)
-        if self._old_level is not None:
-            logger.setLevel(self._old_level)
-        logger.propagate = self._old_propagate
-
-
 def _key_text(key: Any) -> str:
     if isinstance(key, bytes):
         return key.decode("utf-8", errors="replace")
     return key if isinstance(key, str) else str(key)
 
 
-def runtime_late_records(streams: Any) -> list[LateRecord] | None:
-    """Late records as reported by the runtime itself, or ``None`` if it has no such API.
-
-    Accepts ``late_records()`` returning ``(store, key, timestamp)`` items (tuples or objects
-    with those attributes).
-    """
-    fn = getattr(streams, "late_records", None)
-    if not callable(fn):
-        return None
-    out: list[LateRecord] = []
-    for item in fn():
-        if isinstance(item, tuple):
-            store, key, ts = item[0], item[1], item[2]
-        else:
-            store, key, ts = item.store, item.key, item.timestamp
-        out.append(LateRecord(str(store), _key_text(key), int(ts)))
-    return out
+def runtime_late_records(streams: KafkaStreams) -> list[LateRecord]:
+    """``KafkaStreams.late_records()`` as :class:`LateRecord` s, keys as text."""
+    return [LateRecord(str(store), _key_text(key), int(ts)) for store, key, ts in streams.late_records()]
 
 
-def runtime_late_windows(streams: Any) -> dict[str, set[tuple[str, int]]]:
-    """``KafkaStreams.late_windows()`` with keys as text; ``{}`` when the runtime lacks it."""
-    fn = getattr(streams, "late_windows", None)
-    if not callable(fn):
-        return {}
-    return {str(store): {(_key_text(k), int(start)) for k, start in wins} for store, wins in fn().items()}
+def runtime_late_windows(streams: KafkaStreams) -> dict[str, set[tuple[str, int]]]:
+    """``KafkaStreams.late_windows()`` with keys as text."""
+    return {str(store): {(_key_text(k), int(start)) for k, start in wins} for store, wins in streams.late_windows().items()}
 
 
 def late_exclusions(
@@ -251,7 +179,7 @@ class SpeedStats:
         dropped_late: records (per window) dropped as late by the aggregations.
         dropped: all dropped records (late, null keys...).
         dead_lettered: records sent to the dead-letter topic.
-        late: the late records themselves (store, key, timestamp), from the drop log.
+        late: the late records themselves (store, key, timestamp), from ``KafkaStreams.late_records()``.
         late_windows: per store, the ``(key, window_start)`` the runtime reports as missed by
             late records (``KafkaStreams.late_windows()``).
         metrics: the runtime's raw metrics at the end.

@@ -18,7 +18,6 @@ from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats
 from pipelines.speed_service import (
     APP_ID_PREFIX,
-    LateRecordLog,
     SpeedStats,
     metric_total,
     new_application_id,
@@ -226,7 +225,6 @@ def run_speed(
     root.mkdir(parents=True, exist_ok=True)
     ensure_pipeline_topics(bootstrap)
     topology = build_topology()
-    late_log = LateRecordLog(topology).install()
     # live replay: short polls, and a commit every second: the record caches fold a second
     # of window updates (a hopping window view updates 24 windows per flight), and an exact
     # sync of the replay (which waits for committed offsets) waits at most that long
@@ -272,15 +270,13 @@ def run_speed(
             except KeyboardInterrupt:
                 pass
         metrics = _metrics(streams)
-        late = runtime_late_records(streams)
+        stats.late = runtime_late_records(streams)
         stats.late_windows = runtime_late_windows(streams)
     finally:
         streams.close()
-        late_log.uninstall()
     stats.records_in = total
     stats.records_per_s = total / stats.seconds if stats.seconds > 0 else 0.0
     stats.metrics = metrics
-    stats.late = late if late is not None else list(late_log.records)
     stats.dropped_late = metric_total(metrics, "dropped-records-late-total", "dropped-records-late") or len(stats.late)
     stats.dropped = metric_total(metrics, "dropped-records-total", "dropped-records")
     stats.dead_lettered = metric_total(

@@ -550,6 +550,16 @@ class KafkaStreams:
             "tasks": tasks,
         }
 
+    def late_records(self) -> list[tuple[str, Any, int]]:
+        """``(store, key, timestamp)`` of every record a windowed aggregation dropped as late
+        (after window end + grace, or a closed session), sorted, each once: what the speed
+        layer's views miss and the batch layer counts (``docs/contracts.md``). Keys that are
+        not hashable are given as their ``repr``."""
+        out: set[tuple[str, Any, int]] = set()
+        for m in self._all_metrics():
+            out.update(set(m.late_records))
+        return sorted(out, key=lambda r: (r[0], repr(r[1]), r[2]))
+
     def late_windows(self) -> dict[str, set[tuple[Any, int]]]:
         """Per store, the ``(key, window_start)`` of windows that records dropped as late
         (after window end + grace) would have updated: the speed layer's values for them

@@ -82,6 +82,8 @@ class Metrics:
     #: store -> ``(key, window_start)`` of windows that records dropped as late would have
     #: updated (the speed layer's result for them is incomplete; the batch layer's is not)
     late_windows: dict[str, set[tuple[Any, int]]] = field(default_factory=dict)
+    #: ``(store, key, timestamp)`` of each record an aggregation dropped as late
+    late_records: set[tuple[str, Any, int]] = field(default_factory=set)
 
     def inc(self, task_id: str, name: str, n: int = 1) -> None:
         key = (task_id, name)
@@ -254,18 +256,23 @@ class _NodeContext(ProcessorContext):
     def current_system_time_ms(self) -> int:
         return self._task.clock()
 
-    def record_dropped(self, node: str, reason: str, window: tuple[str, Any, int] | None = None) -> None:
-        """Count a dropped record; ``window`` = ``(store, key, window_start)`` of a late record."""
-        self._task.metrics.inc(self._task.task_id, "dropped-records")
+    def record_dropped(self, node: str, reason: str, window: tuple[str, Any, int] | None = None,
+                       timestamp: int | None = None) -> None:
+        """Count a dropped record; ``window`` = ``(store, key, window_start)`` of a late record,
+        ``timestamp`` its timestamp (ms)."""
+        metrics = self._task.metrics
+        metrics.inc(self._task.task_id, "dropped-records")
         if reason.startswith("late"):
-            self._task.metrics.inc(self._task.task_id, "dropped-records-late")
+            metrics.inc(self._task.task_id, "dropped-records-late")
         if window is not None:
             store, key, start = window
             try:
                 hash(key)
             except TypeError:
                 key = repr(key)
-            self._task.metrics.late_windows.setdefault(store, set()).add((key, start))
+            metrics.late_windows.setdefault(store, set()).add((key, start))
+            if timestamp is not None:
+                metrics.late_records.add((store, key, timestamp))
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
         self._task.send(topic, record, op)

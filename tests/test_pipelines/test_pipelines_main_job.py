@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 
 import pandas as pd
 import pytest
 
-from pipelines.speed_service import LateRecord, LateRecordLog, late_exclusions, metric_total, new_application_id
+from pipelines.speed_service import LateRecord, late_exclusions, metric_total, new_application_id
 from pipelines.topologies.flights import VIEWS, build_topology
 from pipelines.views import VIEW_SPECS
 
@@ -40,17 +39,24 @@ def test_late_exclusions_sessions_touching_the_record() -> None:
     assert gap == VIEW_SPECS["plane_duty_sessions"].gap_ms
 
 
-def test_late_record_log_maps_nodes_to_stores() -> None:
-    topology = build_topology()
-    handler = LateRecordLog(topology).install()
-    try:
-        node = topology.store_writers["departures_hourly"]
-        logger = logging.getLogger("speed_layer.processor")
-        logger.debug("%s dropped record key=%r ts=%d: %s", node, "EWR", 42, "late: window closed")
-        logger.debug("%s dropped record key=%r ts=%d: %s", node, None, 43, "null key or value")
-    finally:
-        handler.uninstall()
-    assert handler.records == [LateRecord("departures_hourly", "EWR", 42)]
+def test_the_flights_topology_reports_late_records_per_store() -> None:
+    """The runtime names each late record's store, key and timestamp (what
+    ``late_exclusions`` needs): a flight two days behind the stream time misses its
+    departures and seats windows (grace 2 h) and its plane's session (no airports loaded:
+    its destination's time zone is unknown, so the same-tz view never sees it)."""
+    from speed_layer.testing import TopologyTestDriver
+
+    def flight(day: int, hour: int, tailnum: str) -> dict[str, object]:
+        return {"origin": "EWR", "dest": "BOS", "carrier": "UA", "tailnum": tailnum, "dep_time": 600,
+                "time_hour": f"2013-01-{day:02d}T{hour:02d}:00:00Z", "minute": 0}
+
+    with TopologyTestDriver(build_topology()) as d:
+        flights = d.create_input_topic("flights")
+        flights.pipe_input("N1", flight(3, 10, "N1"))
+        flights.pipe_input("N2", flight(1, 10, "N2"))  # 2 days late
+        late = d.metrics.late_records
+    ts = 1357034400000  # 2013-01-01T10:00Z
+    assert late == {("departures_hourly", "EWR", ts), ("seats_by_dest_daily", "BOS", ts), ("plane_duty_sessions", "N2", ts)}
 
 
 def test_metric_total_flat_and_nested() -> None:

@@ -149,6 +149,7 @@ def test_late_records_are_dropped_and_their_windows_reported(runtime_kit: Any) -
     kit.produce(t["clicks"], records)
     streams = kit.run(b.build(), kit.config("app"))
     assert streams.late_windows() == {"per-second": {("a", 1_000), ("b", 3_000)}}
+    assert streams.late_records() == [("per-second", "a", 1_100), ("per-second", "b", 3_000)]
     m = streams.metrics()
     assert m["dropped-records-late-total"] == 2 and m["dropped-records-total"] == 2
     with TopologyTestDriver(b.build()) as d:
@@ -156,6 +157,7 @@ def test_late_records_are_dropped_and_their_windows_reported(runtime_kit: Any) -
         for k, v, ts in records:
             inp.pipe_input(k, v, ts)
         assert d.metrics.late_windows == streams.late_windows()
+        assert sorted(d.metrics.late_records) == streams.late_records()
         assert sorted(d.get_window_store("per-second").all(), key=repr) == sorted(streams.store("per-second").all(), key=repr)
 
 
