@@ -79,7 +79,13 @@ class BatchOptions:
         min_input_partitions: raw inputs with fewer Spark partitions are repartitioned to
             this many (None: the SparkContext's default parallelism).
         persist_shared: persist (``DISK_ONLY``) a node's output consumed by several nodes
-            when recomputing it would redo a join or shuffle.
+            when recomputing it would redo a join or shuffle (not when only fused
+            aggregations read it, see ``fuse_aggregations``).
+        fuse_aggregations: the KGroupedStream aggregations of the requested views (and
+            cogroups) run in ONE pass per input and ONE shuffle: each input is decoded once,
+            a step shared by several views runs once per record, then one ``applyInPandas``
+            calls each view's fold on its groups (``translators._fused``). A stream read only
+            by such aggregations is then not persisted.
         key_buckets: keyed ``applyInPandas`` steps (aggregations, shuffled joins, table
             views) hash keys into this many groups, each call folding all of its keys.
         executor: ``"auto"``: the relational translation when every node upstream of the
@@ -94,6 +100,7 @@ class BatchOptions:
     window_block_ms: int = 30 * DAY_MS
     min_input_partitions: int | None = None
     persist_shared: bool = True
+    fuse_aggregations: bool = True
     key_buckets: int = 64
     executor: Literal["auto", "general"] = "auto"
 
@@ -213,7 +220,7 @@ class BatchPlan:
             for name in self.nodes:
                 node = self.topology.nodes[name]
                 ctx.outputs[name] = TRANSLATORS[type(node.op)].build(node, ctx)
-            frames = {store: ctx.view(store) for store in self.views}
+            frames = ctx.views(self.views)
         except BaseException:
             ctx.release()
             raise

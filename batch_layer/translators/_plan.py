@@ -114,11 +114,32 @@ class TableChain:
 
 
 @dataclass(frozen=True, eq=False)
-class ViewRep:
-    """The content of a store as a view DataFrame (:data:`_runtime.VIEW_SCHEMA`)."""
+class PendingFold:
+    """An aggregation not yet planned: ``pipe``'s records go through ``emitter`` (an
+    ``AggPrepEmitter``) into ``fold`` (a ``_runtime._Fold``), grouped by key bucket (and by
+    block of window starts when ``blocks``). :meth:`ExecContext.views` plans the folds of the
+    requested views together (``_fused``) or, alone, as one ``mapInPandas`` and one
+    ``applyInPandas``."""
 
-    df: "DataFrame"
+    pipe: StreamPipe
+    emitter: Any
+    fold: Any
+    blocks: bool
+
+    def plan_alone(self, ctx: "ExecContext") -> "DataFrame":
+        prep = self.pipe.materialize(ctx, self.emitter)
+        keys = [ctx.bucket("gk"), "blk"] if self.blocks else [ctx.bucket("gk")]
+        return prep.groupBy(*keys).applyInPandas(rt.group_fn(self.fold), rt.VIEW_SCHEMA)
+
+
+@dataclass(frozen=True, eq=False)
+class ViewRep:
+    """The content of a store as a view DataFrame (:data:`_runtime.VIEW_SCHEMA`): ``df``, or
+    ``pending`` until :meth:`ExecContext.views` plans it."""
+
+    df: "DataFrame | None"
     node: str
+    pending: PendingFold | None = None
 
 
 _SPLIT_BYTES = 128 << 20  # spark.sql.files.maxPartitionBytes' default
@@ -152,6 +173,7 @@ class ExecContext:
     persisted: list["DataFrame"] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
     join_strategies: dict[str, str] = field(default_factory=dict)
+    _readers: dict[str, list[str]] | None = None
 
     def __post_init__(self) -> None:
         sc = self.spark.sparkContext
@@ -204,13 +226,16 @@ class ExecContext:
     # ------------------------------------------------------------------ node outputs
     def stream(self, name: str) -> StreamPipe:
         """The KStream output of node ``name``. When several nodes consume it and it is
-        expensive to recompute, it is computed once and persisted (``DISK_ONLY``)."""
+        expensive to recompute, it is computed once and persisted (``DISK_ONLY``), unless
+        every node reading it (transitively) is a fused step or aggregation
+        (:meth:`feeds_only_folds`): the fused pass then computes it once."""
         if name in self.shared:
             return self.shared[name]
         rep = self.outputs[name]
         if not isinstance(rep, StreamPipe):
             raise TypeError(f"node {name} does not output a KStream (got {type(rep).__name__})")
-        if self.plan.options.persist_shared and self.plan.consumers.get(name, 0) > 1 and rep.expensive:
+        if (self.plan.options.persist_shared and self.plan.consumers.get(name, 0) > 1 and rep.expensive
+                and not self.feeds_only_folds(name)):
             from pyspark import StorageLevel
 
             df = rep.materialize(self, rt.StreamEmitter()).persist(StorageLevel.DISK_ONLY)
@@ -219,17 +244,101 @@ class ExecContext:
             self.shared[name] = rep
         return rep
 
+    def feeds_only_folds(self, name: str) -> bool:
+        """True when fused aggregations are on (``BatchOptions.fuse_aggregations``) and every
+        node reading node ``name``'s output, transitively, is a stateless step (filter, map,
+        flatMap, peek, branch, merge, a sink and the source reading its topic back) or a
+        KGroupedStream aggregation: then all of them run in the fused pass of
+        :meth:`views`, which computes ``name`` once per record without persisting it."""
+        if not self.plan.options.fuse_aggregations:
+            return False
+        from speed_layer.graph import ops
+
+        steps = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.FlatMapValuesOp, ops.PeekOp, ops.BranchOp,
+                 ops.MergeOp, ops.SinkOp, ops.SourceOp)
+        readers = self.readers()
+        nodes = self.plan.topology.nodes
+        stack, seen = [name], {name}
+        while stack:
+            for r in readers.get(stack.pop(), ()):
+                op = nodes[r].op
+                if isinstance(op, ops.AggregateOp):
+                    continue
+                if not isinstance(op, steps):  # a KTable source over it, a join, a suppress, ...
+                    return False
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        return True
+
+    def readers(self) -> dict[str, list[str]]:
+        """node -> the plan's nodes that depend on it (``BatchPlan.deps`` inverted)."""
+        if self._readers is None:
+            inv: dict[str, list[str]] = {}
+            for n, ds in self.plan.deps.items():
+                for d in ds:
+                    inv.setdefault(d, []).append(n)
+            self._readers = inv
+        return self._readers
+
     def table(self, name: str) -> TableChain:
         rep = self.outputs[name]
         if not isinstance(rep, TableChain):
             raise TypeError(f"node {name} does not output a KTable (got {type(rep).__name__})")
         return rep
 
+    def views(self, stores: tuple[str, ...] | list[str]) -> dict[str, "DataFrame"]:
+        """The view DataFrames of ``stores``. Their pending aggregations are planned
+        together when there are several (``_fused``: one pass per input, one shuffle; the
+        result persisted ``DISK_ONLY`` and each view a filter of it), alone otherwise."""
+        writers = self.plan.topology.store_writers
+        pending: dict[str, PendingFold] = {}
+        for store in stores:
+            rep = self.outputs[writers[store]]
+            if isinstance(rep, ViewRep) and rep.df is None and rep.pending is not None:
+                pending[rep.node] = rep.pending
+        if len(pending) == 1:
+            (name, pf), = pending.items()
+            self.outputs[name] = ViewRep(pf.plan_alone(self), name)
+        elif pending:
+            for name, df in self._fused(pending).items():
+                self.outputs[name] = ViewRep(df, name)
+        return {store: self.view(store) for store in stores}
+
+    def _fused(self, pending: dict[str, PendingFold]) -> dict[str, "DataFrame"]:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from . import _fused as fu
+
+        names = list(pending)
+        by_base: dict[Any, list[tuple[int, tuple[rt.Step, ...], Any]]] = {}
+        for cid, name in enumerate(names):
+            for leaf in pending[name].pipe.leaves:
+                by_base.setdefault(leaf.base, []).append((cid, leaf.steps, pending[name].emitter))
+        frames = []
+        for base, consumers in by_base.items():
+            if isinstance(base, FrameBase):
+                df, decoder = base.df, rt.FrameDecoder()
+            else:
+                df = self.raw_frame(base.topic)
+                decoder = rt.RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
+            fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc)
+            frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
+        prep = reduce(lambda a, b: a.unionByName(b), frames)
+        fold = fu.FusedFold({cid: pending[name].fold for cid, name in enumerate(names)})
+        out = prep.groupBy("cid", self.bucket("gk"), "blk").applyInPandas(rt.group_fn(fold), fu.FUSED_VIEW_SCHEMA)
+        out = out.persist(StorageLevel.DISK_ONLY)
+        self.persisted.append(out)
+        return {name: out.filter(F.col("cid") == cid).drop("cid") for cid, name in enumerate(names)}
+
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""
         writer = self.plan.topology.store_writers[store]
         rep = self.outputs[writer]
         if isinstance(rep, ViewRep):
+            if rep.df is None:
+                return self.views([store])[store]
             return rep.df
         if isinstance(rep, TableChain):
             df = rep.changelog.materialize(self, rt.StreamEmitter())

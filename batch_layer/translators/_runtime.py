@@ -456,13 +456,18 @@ class AggPrepEmitter:
     def start(self) -> list[list[Any]]:
         return [[] for _ in range(9)]
 
-    def emit(self, r: Rec, buf: list[list[Any]], errs: Errors) -> None:
+    def emit(self, r: Rec, buf: list[list[Any]], errs: Errors, memo: dict[tuple[int, int], tuple[Any, bytes]] | None = None) -> None:
+        """Appends ``r``'s rows to ``buf``. ``memo`` (the fused pass, one per input record):
+        encodings of key and value objects already encoded for another view of the same
+        record, by object identity (the pair keeps the object alive)."""
         if r[0] is None or (r[1] is None and not self.keep_null_values):
             return
         try:
-            kb = encode_key(r[0])
+            if memo is None:
+                kb, vb = encode_key(r[0]), dumps(r[1])
+            else:
+                kb, vb = _memo(memo, 0, encode_key, r[0]), _memo(memo, 1, dumps, r[1])
             gk = kb if self.store_key_serde is None else self.store_key_serde.serialize(r[0])
-            vb = dumps(r[1])
         except Exception:  # noqa: BLE001
             add_error(errs, self.node, rid(r))
             return
@@ -483,6 +488,15 @@ class AggPrepEmitter:
             "o": pd.Series(buf[6], dtype="int64"), "src": pd.Series(buf[7], dtype="int32"),
             "seq": pd.Series(buf[8], dtype=object),
         })
+
+
+def _memo(memo: dict[tuple[int, int], tuple[Any, bytes]], kind: int, fn: Callable[[Any], bytes], obj: Any) -> bytes:
+    hit = memo.get((kind, id(obj)))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    out = fn(obj)
+    memo[(kind, id(obj))] = (obj, out)
+    return out
 
 
 def window_starts_range(ts: int, size: int, advance: int) -> tuple[int, int]:
@@ -570,7 +584,7 @@ def ranked_rows(pdf: pd.DataFrame, group: str, rest: list[str], table_srcs: froz
     records from several input topics: ``(timestamp, table changes first, partition,
     offset, topic)`` (``table_srcs``: the ``src`` of the KTable / GlobalKTable topics; the
     general executor's ``rank``). Without table topics this is :data:`ORDER`."""
-    if not table_srcs:
+    if not table_srcs or table_srcs.isdisjoint(pdf["src"].unique().tolist()):
         return sorted_rows(pdf, group, ORDER, rest)
     cols = [pdf[c].tolist() for c in [group, *ORDER, *rest]]
     rank = [0 if s in table_srcs else 1 for s in cols[4]]

@@ -40,7 +40,7 @@ from speed_layer.graph.nodes import GraphNode, StoreSpec
 from speed_layer.windows import SessionWindows, SlidingWindows, TimeWindows
 
 from . import _runtime as rt
-from ._plan import StreamPipe, ViewRep
+from ._plan import PendingFold, StreamPipe, ViewRep
 from ._sliding_runtime import SlidingFold
 from .base import Translator, Unsupported
 from .sources import table_src_indexes
@@ -79,16 +79,18 @@ class AggregateTranslator(Translator):
 
 def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: StoreSpec) -> ViewRep:
     """The store of aggregation ``op`` (an ``AggregateOp``, or a cogroup's equivalent) of
-    ``stream`` as a view: the fold of its windows (or none) per key in batch order."""
+    ``stream`` as a view: the fold of its windows (or none) per key in batch order. The
+    view is planned by ``ExecContext.views`` (fused with the other requested views'
+    aggregations when ``BatchOptions.fuse_aggregations``)."""
     w, key_serde = op.windows, spec.key_serde
     table_srcs = table_src_indexes(ctx.plan)
     if isinstance(w, TimeWindows):
         block = block_ms(w, ctx.plan.options.window_block_ms)
-        prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True))
+        emitter = rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True)
         fn: Any = rt.TimeWindowFold(name, op, block, ctx.errors_acc)
         fn.table_srcs = table_srcs
-        return ViewRep(prep.groupBy(ctx.bucket("gk"), "blk").applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), name)
-    prep = stream.materialize(ctx, rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows)))
+        return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=True))
+    emitter = rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows))
     if isinstance(w, SessionWindows):
         fn = rt.SessionFold(name, op, ctx.errors_acc)
     elif isinstance(w, SlidingWindows):
@@ -96,4 +98,4 @@ def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: 
     else:
         fn = rt.PlainFold(name, op, ctx.errors_acc)
     fn.table_srcs = table_srcs
-    return ViewRep(prep.groupBy(ctx.bucket("gk")).applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), name)
+    return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=False))

@@ -1,0 +1,141 @@
+"""Fused aggregations (``batch_layer.translators._fused``) against the unfused plan, without
+Spark: the same records through one fused pass (a trie of the views' step chains, one
+``FusedFold``) and through one ``chain_function`` and fold per view must give the same view
+rows and the same dead letters; a step shared by several views runs once per record.
+About 0.5 s."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from batch_layer.translators import _fused as fu
+from batch_layer.translators import _runtime as rt
+from speed_layer import Serdes, SessionWindows, TimeWindows
+from speed_layer.graph import ops
+
+
+class _Acc:
+    def __init__(self) -> None:
+        self.value: dict = {}
+
+    def add(self, x: Any) -> None:
+        for k, v in x.items():
+            self.value.setdefault(k, set()).update(v)
+
+
+class _Max:
+    value = -1
+
+    def add(self, x: int) -> None:
+        self.value = max(self.value, x)
+
+
+class _Counting:
+    """A mapValues mapper counting its calls; raises on x == 7 (a dead letter)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, v: dict) -> dict:
+        self.calls += 1
+        if v["x"] == 7:
+            raise ValueError("seven")
+        return {**v, "y": v["x"] * 2}
+
+
+HOUR = 3_600_000
+
+
+def _views(shared: rt.Step) -> list[tuple[tuple[rt.Step, ...], Any, type, Any]]:
+    """(steps, emitter, fold class, op) of four views over one input: tumbling and hopping
+    windows, sessions and a plain aggregation; three share the step ``shared``."""
+    rekey = rt.MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
+    big = rt.FilterStep("big", lambda k, v: v["y"] > 4, negate=False)
+    add = lambda k, v, a: a + v["x"]  # noqa: E731
+    tumbling = ops.AggregateOp("aggregate", "t", lambda: 0, add, TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(0)))
+    hopping = ops.AggregateOp("aggregate", "h", lambda: [],
+                              lambda k, v, a: None if v["x"] == 3 else a + [v["y"]],
+                              TimeWindows.of_size_and_grace(timedelta(hours=3), timedelta(0)).advance_by(timedelta(hours=1)))
+    sessions = ops.AggregateOp("aggregate", "s", lambda: 0, add, SessionWindows.of_inactivity_gap_and_grace(timedelta(hours=2), timedelta(0)),
+                               lambda k, a, b: a + b)
+    plain = ops.AggregateOp("aggregate", "p", lambda: {"n": 0}, lambda k, v, a: {"n": a["n"] + 1, "last": v["x"]}, None)
+    t_em = rt.AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True)
+    h_em = rt.AggPrepEmitter("h", None, 3 * HOUR, HOUR, 24 * HOUR, keep_null_values=True)
+    return [
+        ((shared,), t_em, rt.TimeWindowFold, (tumbling, 24 * HOUR)),
+        ((shared, rekey), h_em, rt.TimeWindowFold, (hopping, 24 * HOUR)),
+        ((shared, rekey, big), rt.AggPrepEmitter("s", None, None, None, None, keep_null_values=True), rt.SessionFold, (sessions,)),
+        ((), rt.AggPrepEmitter("p", None, None, None, None), rt.PlainFold, (plain,)),
+    ]
+
+
+def _fold(cls: type, args: tuple[Any, ...], acc: _Acc) -> Any:
+    op = args[0]
+    return cls(op.store, op, args[1], acc) if cls is rt.TimeWindowFold else cls(op.store, op, acc)
+
+
+def _grouped(prep: pd.DataFrame, fn: Any, by: list[str]) -> list[tuple[Any, ...]]:
+    if prep.empty:
+        return []
+    out = [fn(g.reset_index(drop=True)) for _, g in prep.groupby(by, sort=True)]
+    return sorted((tuple(r) for r in pd.concat(out).itertuples(index=False)), key=repr)
+
+
+records = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 9), st.integers(0, 30 * HOUR)),
+                   min_size=1, max_size=60)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records)
+def test_fused_pass_equals_one_pass_per_view(recs: list[tuple[str, int, int]]) -> None:
+    values = [b'{"x": %d}' % x if x != 9 else b"not json" for _k, x, _t in recs]
+    raw = pd.DataFrame({"key": [k.encode() for k, _x, _t in recs], "value": values, "timestamp": [t for *_, t in recs],
+                        "partition": [i % 2 for i in range(len(recs))], "offset": list(range(len(recs)))})
+    half = len(raw) // 2
+    batches = [raw.iloc[:half].reset_index(drop=True), raw.iloc[half:].reset_index(drop=True)]
+
+    def decoder() -> rt.RawDecoder:
+        return rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
+
+    # unfused: one pass and one fold per view
+    mapper = _Counting()
+    shared = rt.MapValuesStep("shared", mapper, with_key=False)
+    acc_a, wm_a = _Acc(), _Max()
+    expected = []
+    for cid, (steps, emitter, cls, args) in enumerate(_views(shared)):
+        prep = pd.concat(list(rt.chain_function(decoder(), steps, emitter, acc_a, wm_a)(iter(batches))), ignore_index=True)
+        rows = _grouped(prep, rt.group_fn(_fold(cls, args, acc_a)), ["gk", "blk"])
+        expected += [r + (cid,) for r in rows]
+    calls_unfused = mapper.calls
+
+    # fused: one pass, one fold over (cid, key, block)
+    mapper = _Counting()
+    shared = rt.MapValuesStep("shared", mapper, with_key=False)
+    acc_b, wm_b = _Acc(), _Max()
+    views = _views(shared)
+    consumers = [(cid, steps, emitter) for cid, (steps, emitter, _c, _a) in enumerate(views)]
+    arrow = [pa.RecordBatch.from_pandas(b, preserve_index=False) for b in batches]
+    out = list(fu.fused_chain_function(decoder(), consumers, acc_b, wm_b)(iter(arrow)))
+    assert all(b.schema == fu.arrow_schema(fu.FUSED_AGG_SCHEMA) for b in out)
+    prep = pd.concat([b.to_pandas() for b in out], ignore_index=True)
+    fold = fu.FusedFold({cid: _fold(cls, args, acc_b) for cid, (_s, _e, cls, args) in enumerate(views)})
+    got = _grouped(prep, rt.group_fn(fold), ["cid", "gk", "blk"])
+
+    assert sorted(expected, key=repr) == sorted(got, key=repr)
+    assert acc_a.value == acc_b.value and wm_a.value == wm_b.value
+    decoded = sum(1 for v in values if v != b"not json")
+    assert mapper.calls == decoded and calls_unfused == 3 * decoded  # the shared step: once per record
+
+
+def test_trie_shares_equal_prefixes_only() -> None:
+    a, b, c = (rt.DropNullKeyStep(n) for n in "abc")
+    root = fu.step_trie([(0, (a, b), "e0"), (1, (a, c), "e1"), (2, (), "e2"), (3, (a, b), "e3")])
+    assert root.ends == [(2, "e2")] and list(root.children) == [id(a)]
+    node_a = root.children[id(a)][1]
+    assert [s for s, _n in node_a.children.values()] == [b, c]
+    assert node_a.children[id(b)][1].ends == [(0, "e0"), (3, "e3")]
