@@ -8,8 +8,10 @@
    the same views.
 
 Prints median seconds over ``--repeat`` interleaved runs and the ratios
-``duet / hand-written`` (target <= 1.2) and ``general / relational``. Targets are printed,
-never asserted.
+``duet / hand-written`` (target <= 1.2) and ``general / relational``; also the median CPU
+seconds of the whole process tree (driver, JVM, Python workers; Linux ``/proc``), a ratio
+less sensitive than wall time to other load on the machine. Targets are printed, never
+asserted.
 
     .venv/bin/python bench/bench_batch.py --flights 20000 --repeat 3
     .venv/bin/python bench/bench_batch.py                 # the full year (336,776 flights)
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -37,6 +40,35 @@ from pipelines.topologies.flights import DAY_MS, HOUR_MS, ORIGIN_TZ, STREAMS_CON
 from speed_layer.runtime.partitioning import partition_for_key
 
 GAP_MS = 4 * HOUR_MS
+
+
+def tree_cpu_seconds() -> float | None:
+    """CPU seconds (user + system, with waited-for children) of this process and its live
+    descendants (the Spark JVM, its Python daemon and workers); None without ``/proc``."""
+    def times(stat: str) -> tuple[int, int]:
+        f = stat.rsplit(")", 1)[1].split()
+        return int(f[1]), sum(int(x) for x in f[11:15])  # ppid, utime stime cutime cstime
+
+    try:
+        by_parent: dict[int, list[tuple[int, int]]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as fh:
+                        ppid, ticks = times(fh.read())
+                except OSError:
+                    continue
+                by_parent.setdefault(ppid, []).append((int(d), ticks))
+        with open(f"/proc/{os.getpid()}/stat") as fh:
+            total = times(fh.read())[1]
+    except OSError:
+        return None
+    stack = [os.getpid()]
+    while stack:
+        for child, ticks in by_parent.get(stack.pop(), []):
+            total += ticks
+            stack.append(child)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def write_lake(lake: Path, flights: int | None) -> int:
@@ -142,35 +174,61 @@ def main() -> None:
     ap.add_argument("--flights", type=int, default=None, help="first N flights (default: the full year)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-general", action="store_true", help="do not time the general executor")
+    ap.add_argument("--unfused", action="store_true",
+                    help="also time the relational path with BatchOptions(fuse_aggregations=False) (one pass and one "
+                         "shuffle per view, the shared joined stream persisted)")
     args = ap.parse_args()
     spark = get_spark("duet-bench-batch")
     root = Path(tempfile.mkdtemp(prefix="duet-bench-batch-"))
     lake, hand = root / "lake", root / "hand"
     records = write_lake(lake, args.flights)
+    (root / "unfused").mkdir()
+    (root / "unfused" / "raw").symlink_to(lake / "raw")  # the same raw tables, the views apart
     print(f"records: {records:,} ({args.flights or 'all'} flights)")
-    times: dict[str, list[float]] = {"duet": [], "hand": [], "general": []}
+    times: dict[str, list[float]] = {"duet": [], "hand": [], "general": [], "unfused": []}
+    cpus: dict[str, list[float]] = {k: [] for k in times}
     topology = build_topology()
+
+    def timed(name: str, fn: Any) -> None:
+        t0, c0 = time.perf_counter(), tree_cpu_seconds()
+        fn()
+        times[name].append(time.perf_counter() - t0)
+        c1 = tree_cpu_seconds()
+        if c0 is not None and c1 is not None:
+            cpus[name].append(c1 - c0)
+
+    def general() -> None:
+        # the same raw tables, the views written under another root
+        raw = {t: spark.read.format("delta").load(str(lake / "raw" / t)) for t in TOPICS}
+        run_batch(spark, topology, root / "general", views=list(VIEWS), config=STREAMS_CONFIG,
+                  options=BatchOptions(executor="general"), input_frames=raw)
+
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        run_batch(spark, topology, lake, views=list(VIEWS), config=STREAMS_CONFIG)
-        times["duet"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        hand_written(spark, lake, hand)
-        times["hand"].append(time.perf_counter() - t0)
+        timed("duet", lambda: run_batch(spark, topology, lake, views=list(VIEWS), config=STREAMS_CONFIG))
+        timed("hand", lambda: hand_written(spark, lake, hand))
+        if args.unfused:
+            timed("unfused", lambda: run_batch(spark, topology, root / "unfused", views=list(VIEWS), config=STREAMS_CONFIG,
+                                               options=BatchOptions(fuse_aggregations=False)))
         if not args.skip_general:
-            # the same raw tables, the views written under another root
-            t0 = time.perf_counter()
-            raw = {t: spark.read.format("delta").load(str(lake / "raw" / t)) for t in TOPICS}
-            run_batch(spark, topology, root / "general", views=list(VIEWS), config=STREAMS_CONFIG,
-                      options=BatchOptions(executor="general"), input_frames=raw)
-            times["general"].append(time.perf_counter() - t0)
+            timed("general", general)
     med = {k: statistics.median(v) for k, v in times.items() if v}
+    cpu = {k: statistics.median(v) for k, v in cpus.items() if v}
     print(f"duet relational: {med['duet']:.1f} s   hand-written PySpark: {med['hand']:.1f} s   "
-          f"ratio duet/hand-written = {med['duet'] / med['hand']:.2f} (target <= 1.2)")
+          f"ratio duet/hand-written = {med['duet'] / med['hand']:.2f} (target <= 1.2)   load {os.getloadavg()[0]:.1f}")
+    if "duet" in cpu and "hand" in cpu:
+        print(f"  CPU: duet {cpu['duet']:.1f} s   hand-written {cpu['hand']:.1f} s   ratio {cpu['duet'] / cpu['hand']:.2f}")
     for view, (eq, n) in agreement(lake, hand).items():
         print(f"  {view}: hand-written == duet on {eq:,}/{n:,} rows ({eq / max(n, 1):.2%})")
+    if "unfused" in med:
+        print(f"duet relational unfused: {med['unfused']:.1f} s   ratio unfused/hand-written = "
+              f"{med['unfused'] / med['hand']:.2f}" + (f"   CPU {cpu['unfused']:.1f} s, ratio {cpu['unfused'] / cpu['hand']:.2f}"
+                                                         if "unfused" in cpu and "hand" in cpu else ""))
+        for view, (eq, n) in agreement(lake, root / "unfused").items():
+            print(f"  {view}: unfused == fused on {eq:,}/{n:,} rows")
     if "general" in med:
         print(f"duet general executor: {med['general']:.1f} s   ratio general/relational = {med['general'] / med['duet']:.2f}")
+        if "general" in cpu and "duet" in cpu:
+            print(f"  CPU: general {cpu['general']:.1f} s   ratio general/relational {cpu['general'] / cpu['duet']:.2f}")
         for view, (eq, n) in agreement(lake, root / "general").items():
             print(f"  {view}: general == relational on {eq:,}/{n:,} rows")
 
