@@ -43,6 +43,7 @@ import pandas as pd
 
 from speed_layer.config import StreamsConfig
 from speed_layer.graph.nodes import SubTopology
+from speed_layer.processor.api import Record
 from speed_layer.runtime.partitioning import partition_for_key
 from speed_layer.runtime.task import Headers, Metrics, RawRecord, StreamTask
 from speed_layer.state.factories import build_store
@@ -124,10 +125,13 @@ class _BatchTask(StreamTask):
     it called the extractor (the batch watermark is the largest extracted timestamp of
     the stream input) and
     counts the records it dropped because they failed: deserialization, timestamp
-    extraction (an invalid timestamp) or processing (the relational path's "dropped")."""
+    extraction (an invalid timestamp) or processing (the relational path's "dropped"),
+    and, per caching node, the records a cache flush forwarded that failed downstream."""
 
     last_timestamp: int | None = None
     failed: int = 0
+    #: caching node -> flushed records that failed downstream of it (since last taken)
+    flush_failed: dict[str, int] | None = None
 
     def _extract_timestamp(self, node: Any, raw: RawRecord, key: Any, value: Any) -> int | None:
         self.last_timestamp = ts = super()._extract_timestamp(node, raw, key, value)
@@ -138,6 +142,12 @@ class _BatchTask(StreamTask):
     def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
         self.failed += 1
         super()._handle_error(kind, handler, raw, exc)
+
+    def handle_flush_error(self, node: str, record: Record[Any, Any], exc: Exception) -> None:
+        super().handle_flush_error(node, record, exc)
+        if self.flush_failed is None:
+            self.flush_failed = {}
+        self.flush_failed[node] = self.flush_failed.get(node, 0) + 1
 
 
 def _input_rows(pdf: pd.DataFrame) -> list[tuple[bytes, str, bool, RawRecord]]:
@@ -204,6 +214,10 @@ def run_task(spec: TaskSpec, pdf: pd.DataFrame) -> pd.DataFrame:
                 ts = task.last_timestamp if task.last_timestamp is not None else raw.timestamp
                 watermark = max(watermark, ts)
             task.commit()
+            if task.flush_failed:
+                for node, n in task.flush_failed.items():
+                    dropped[node] = dropped.get(node, 0) + n
+                task.flush_failed = None
         rows = collector.rows
         for name in spec.stores:
             if name in task.stores:

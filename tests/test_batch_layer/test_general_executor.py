@@ -177,3 +177,21 @@ def test_log_and_fail_drops_and_counts_in_batch(spark, tmp_path: Path) -> None:
     views = compile_topology(b.build(), config=CONFIG, options=BatchOptions(executor="general")).execute(spark, tmp_path)
     assert sorted((r.key, r.value) for r in views["n"].collect()) == [("a", "1"), ("b", "1")]
     assert views.dropped() == 1
+
+
+def test_records_a_cache_flush_forwards_that_fail_downstream_are_counted(spark, tmp_path: Path) -> None:
+    """A record that fails downstream of an aggregation's record cache (in ``toStream``'s
+    mapValues, reached by the cache flush) is dropped under ``log_and_continue`` as in the
+    speed layer (``StreamTask.handle_flush_error``, Kafka's ``ProcessorNode#process`` since
+    3.9, KIP-1033) and counted in the recompute's ``dropped``, at the aggregation's node."""
+    b = StreamsBuilder()
+    (b.stream("events").group_by_key().count(Materialized.as_("n"))
+     .to_stream().map_values(lambda n: 10 // (n - 2)).to("ratios"))
+    topology = b.build()
+    raws = produce("events", [("a", {"v": 1}, 1), ("a", {"v": 2}, 2), ("a", {"v": 3}, 3), ("b", {"v": 4}, 4)], 1)
+    config = {"processing.exception.handler": "log_and_continue"}
+    batch, driver, views = run_both(spark, tmp_path, topology, raws, set(), config)
+    assert batch["topics"]["ratios"] == driver["topics"]["ratios"]
+    assert [v for v, _ in batch["topics"]["ratios"][b"a"]] == [b"-10", b"10"]  # the count of 2 divided by zero
+    count_node = topology.store_writers["n"]
+    assert views.dropped_by_node() == {count_node: 1}
