@@ -289,15 +289,18 @@ class ExecContext:
 
     def views(self, stores: tuple[str, ...] | list[str]) -> dict[str, "DataFrame"]:
         """The view DataFrames of ``stores``. Their pending aggregations are planned
-        together when there are several (``_fused``: one pass per input, one shuffle; the
-        result persisted ``DISK_ONLY`` and each view a filter of it), alone otherwise."""
+        together when there are several, or one reading an input through several branches
+        (``_fused``: one pass per input, one shuffle; the result persisted ``DISK_ONLY`` and
+        each view a filter of it), alone otherwise."""
         writers = self.plan.topology.store_writers
         pending: dict[str, PendingFold] = {}
         for store in stores:
             rep = self.outputs[writers[store]]
             if isinstance(rep, ViewRep) and rep.df is None and rep.pending is not None:
                 pending[rep.node] = rep.pending
-        if len(pending) == 1:
+        alone = len(pending) == 1 and all(len({leaf.base for leaf in pf.pipe.leaves}) == len(pf.pipe.leaves)
+                                          for pf in pending.values())
+        if alone:  # one view whose inputs are all distinct: nothing to share
             (name, pf), = pending.items()
             self.outputs[name] = ViewRep(pf.plan_alone(self), name)
         elif pending:
