@@ -5,7 +5,10 @@ ways, relational plan, general executor and TopologyTestDriver fed in event-time
 (``three_ways`` of test_relational_translations), plus the cases refused to the general
 executor. Scenarios: inner and left joins side by side on one partition; a filtered,
 mapped left table with a key-reading extractor that raises on some values, a joiner that
-raises and an uncached right table, on three partitions."""
+raises and an uncached right table, on three partitions. Cost: 73 s and 29 s measured at
+load 13 on 2 cores (the first one warms Spark's Python workers up; each scenario is one
+relational and one general run, the relational one a Spark job per view), the fallbacks
+under a second without Spark."""
 from __future__ import annotations
 
 import sys
