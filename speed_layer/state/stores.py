@@ -57,6 +57,15 @@ class VersionedRecord:
     valid_to: int | None = None
 
 
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix`` (None
+    when there is none: ``prefix`` is empty or all ``0xff``)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 class _StoreBase:
     def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], logger: Logger | None) -> None:
         self.name = name
@@ -229,6 +238,15 @@ class KeyValueStore(_StoreBase):
         hi = None if to_key is None else self._kb(to_key)
         for _, key, vt in self._merged(lo, hi):
             yield key, vt.value
+
+    def prefix_scan(self, prefix: Any) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` of the keys whose serialized form starts with the serialized
+        ``prefix``, in serialized-key order (Kafka's ``ReadOnlyKeyValueStore#prefixScan``):
+        the bytes store is read from the prefix to its end only, not to the store's end."""
+        lo = self._kb(prefix)
+        for kb, key, vt in self._merged(lo, _prefix_end(lo)):
+            if kb.startswith(lo):
+                yield key, vt.value
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         """Every ``(key, value)`` in serialized-key order."""

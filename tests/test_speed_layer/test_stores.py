@@ -158,3 +158,25 @@ def test_stores_through_the_driver(in_memory: bool) -> None:
         assert d.get_window_store("kv") is None  # wrong store type
         assert set(d.get_all_state_stores()) == {"kv", "ws"}
         assert d.get_key_value_store("kv").persistent is (not in_memory)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_prefix_scan_reads_the_keys_with_the_prefix(backend: Callable[[StoreSpec], Any], caching: bool) -> None:
+    """``prefix_scan`` (Kafka's ``ReadOnlyKeyValueStore#prefixScan``): the keys whose
+    serialized form starts with the serialized prefix, in serialized-key order, cached
+    writes and deletes included; a prefix ending in ``0xff`` bytes still has its bound."""
+    from dataclasses import replace
+
+    kv = backend(replace(Stores.key_value_store("kv"), caching=caching))
+    for k in ("ab1", "ab2", "ac", "a", "b"):
+        kv.put(k, k)
+    for k in (b"\xff\xff1", b"\xff\xff2", b"\xff", b"\xfe"):
+        kv.put(k, str(k))
+    kv.put("ab3", "ab3")
+    kv.put("ab1", None)
+    assert list(kv.prefix_scan("ab")) == [("ab2", "ab2"), ("ab3", "ab3")]
+    assert [k for k, _ in kv.prefix_scan("a")] == ["a", "ab2", "ab3", "ac"]
+    assert [k for k, _ in kv.prefix_scan(b"\xff\xff")] == [b"\xff\xff1", b"\xff\xff2"]
+    assert [k for k, _ in kv.prefix_scan(b"\xff")] == [b"\xff", b"\xff\xff1", b"\xff\xff2"]
+    assert list(kv.prefix_scan("z")) == []
+    kv.close()

@@ -261,9 +261,7 @@ class ForeignTableJoinProcessor(OpProcessor):
             self.dropped("out-of-order versioned table update", record)
             return
         prefix = _combined_prefix(self.fk_serde.serialize(record.key) or b"")
-        for ck, wrapper in list(self.store.range(prefix, None)):
-            if not ck.startswith(prefix):
-                break
+        for _, wrapper in list(self.store.prefix_scan(prefix)):
             resp = SubscriptionResponseWrapper(wrapper.hash, change.new, wrapper.primary_partition)
             self.forward(Record(wrapper.primary_key, resp, record.timestamp, record.headers))
 
