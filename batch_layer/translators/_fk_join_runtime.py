@@ -54,7 +54,9 @@ from speed_layer.processor.builtin.fk_join import (
 )
 from speed_layer.state.keys import encode_key
 
-from ._runtime import Errors, TableToStreamGroup, _stream_frame, add_error, dumps, flush, loads_or_none, ranked_rows
+from ._runtime import (
+    RECORD_COLUMNS, Errors, TableToStreamGroup, _stream_frame, add_error, dumps, flush, loads_or_none, ranked_rows, rows_frame,
+)
 
 FK_SCHEMA = "gjk binary, side int, k binary, v binary, ts long, p int, o long, src int, seq string"
 #: a subscription-store entry's left value changed without a new subscription (see module docstring)
@@ -63,14 +65,7 @@ _FIRST = f"{0:08x}"
 
 
 def _fk_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    cols = list(zip(*rows)) if rows else [[] for _ in range(9)]
-    return pd.DataFrame({
-        "gjk": pd.Series(cols[0], dtype=object), "side": pd.Series(cols[1], dtype="int32"),
-        "k": pd.Series(cols[2], dtype=object), "v": pd.Series(cols[3], dtype=object),
-        "ts": pd.Series(cols[4], dtype="int64"), "p": pd.Series(cols[5], dtype="int32"),
-        "o": pd.Series(cols[6], dtype="int64"), "src": pd.Series(cols[7], dtype="int32"),
-        "seq": pd.Series(cols[8], dtype=object),
-    })
+    return rows_frame((("gjk", object), ("side", "int32")) + RECORD_COLUMNS, rows)
 
 
 class FkJoinSpec:

@@ -30,7 +30,7 @@ import pickle
 from bisect import bisect_left, bisect_right
 from itertools import groupby
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pandas as pd
 from pyspark.accumulators import AccumulatorParam
@@ -349,12 +349,7 @@ class StreamEmitter:
             buf[i].append(r[i])
 
     def frame(self, buf: list[list[Any]]) -> pd.DataFrame:
-        return pd.DataFrame({
-            "k": pd.Series(buf[0], dtype=object), "v": pd.Series(buf[1], dtype=object),
-            "ts": pd.Series(buf[2], dtype="int64"), "p": pd.Series(buf[3], dtype="int32"),
-            "o": pd.Series(buf[4], dtype="int64"), "src": pd.Series(buf[5], dtype="int32"),
-            "seq": pd.Series(buf[6], dtype=object),
-        })
+        return typed_frame(RECORD_COLUMNS, buf)
 
 
 class TableRowsEmitter:
@@ -428,13 +423,7 @@ class JoinPrepEmitter(_JoinLogic):
             buf[i].append(x)
 
     def frame(self, buf: list[list[Any]]) -> pd.DataFrame:
-        return pd.DataFrame({
-            "gjk": pd.Series(buf[0], dtype=object), "nb": pd.Series(buf[1], dtype="int32"),
-            "side": pd.Series(buf[2], dtype="int32"), "k": pd.Series(buf[3], dtype=object),
-            "v": pd.Series(buf[4], dtype=object), "ts": pd.Series(buf[5], dtype="int64"),
-            "p": pd.Series(buf[6], dtype="int32"), "o": pd.Series(buf[7], dtype="int64"),
-            "src": pd.Series(buf[8], dtype="int32"), "seq": pd.Series(buf[9], dtype=object),
-        })
+        return typed_frame((("gjk", object), ("nb", "int32"), ("side", "int32")) + RECORD_COLUMNS, buf)
 
 
 class AggPrepEmitter:
@@ -481,13 +470,7 @@ class AggPrepEmitter:
                 buf[i].append(x)
 
     def frame(self, buf: list[list[Any]]) -> pd.DataFrame:
-        return pd.DataFrame({
-            "gk": pd.Series(buf[0], dtype=object), "blk": pd.Series(buf[1], dtype="int64"),
-            "k": pd.Series(buf[2], dtype=object), "v": pd.Series(buf[3], dtype=object),
-            "ts": pd.Series(buf[4], dtype="int64"), "p": pd.Series(buf[5], dtype="int32"),
-            "o": pd.Series(buf[6], dtype="int64"), "src": pd.Series(buf[7], dtype="int32"),
-            "seq": pd.Series(buf[8], dtype=object),
-        })
+        return typed_frame((("gk", object), ("blk", "int64")) + RECORD_COLUMNS, buf)
 
 
 def _memo(memo: dict[tuple[int, int], tuple[Any, bytes]], kind: int, fn: Callable[[Any], bytes], obj: Any) -> bytes:
@@ -550,23 +533,31 @@ def group_fn(obj: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[pd.DataFr
     return fn
 
 
+#: the columns of a stream record in a pandas batch (key, value bytes, timestamp, and the
+#: order key: partition, offset, source index, sequence)
+RECORD_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("k", object), ("v", object), ("ts", "int64"), ("p", "int32"), ("o", "int64"), ("src", "int32"), ("seq", object),
+)
+
+
+def typed_frame(columns: Sequence[tuple[str, Any]], cols: Sequence[Sequence[Any]]) -> pd.DataFrame:
+    """A pandas frame of ``cols`` (one sequence per column), named and typed by ``columns``
+    (``(name, dtype)`` pairs, in order)."""
+    return pd.DataFrame({name: pd.Series(col, dtype=dtype) for (name, dtype), col in zip(columns, cols)})
+
+
+def rows_frame(columns: Sequence[tuple[str, Any]], rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """:func:`typed_frame` of row tuples (an empty frame of the right types when ``rows`` is empty)."""
+    return typed_frame(columns, list(zip(*rows)) if rows else [[] for _ in columns])
+
+
 def _stream_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    cols = list(zip(*rows)) if rows else [[] for _ in range(7)]
-    return pd.DataFrame({
-        "k": pd.Series(cols[0], dtype=object), "v": pd.Series(cols[1], dtype=object),
-        "ts": pd.Series(cols[2], dtype="int64"), "p": pd.Series(cols[3], dtype="int32"),
-        "o": pd.Series(cols[4], dtype="int64"), "src": pd.Series(cols[5], dtype="int32"),
-        "seq": pd.Series(cols[6], dtype=object),
-    })
+    return rows_frame(RECORD_COLUMNS, rows)
 
 
 def _view_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    cols = list(zip(*rows)) if rows else [[] for _ in range(5)]
-    return pd.DataFrame({
-        "key": pd.Series(cols[0], dtype=object), "window_start": pd.Series(cols[1], dtype=object),
-        "window_end": pd.Series(cols[2], dtype=object), "value": pd.Series(cols[3], dtype=object),
-        "timestamp": pd.Series(cols[4], dtype="int64"),
-    })
+    return rows_frame((("key", object), ("window_start", object), ("window_end", object), ("value", object),
+                       ("timestamp", "int64")), rows)
 
 
 def sorted_rows(pdf: pd.DataFrame, group: str, order: list[str], rest: list[str]) -> list[tuple[Any, ...]]:
