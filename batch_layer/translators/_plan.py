@@ -254,8 +254,9 @@ class ExecContext:
             return False
         from speed_layer.graph import ops
 
-        steps = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.FlatMapValuesOp, ops.PeekOp, ops.BranchOp,
-                 ops.MergeOp, ops.SinkOp, ops.SourceOp)
+        from .base import STATELESS_OPS
+
+        steps = STATELESS_OPS + (ops.SinkOp, ops.SourceOp)
         readers = self.readers()
         nodes = self.plan.topology.nodes
         stack, seen = [name], {name}

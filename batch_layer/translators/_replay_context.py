@@ -54,5 +54,5 @@ class ReplayContext:
     def current_system_time_ms(self) -> int:
         return 0
 
-    def record_dropped(self, node: str, reason: str, window: Any = None) -> None:
+    def record_dropped(self, node: str, reason: str, window: Any = None, timestamp: int | None = None) -> None:
         return None

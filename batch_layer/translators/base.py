@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 
 #: ops whose output is a KTable changelog (records carry ``Change``)
 TABLE_OPS = (ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp, ops.GlobalStoreOp)
+#: stream ops a record passes through one at a time, in order
+STATELESS_OPS = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.FlatMapValuesOp, ops.PeekOp, ops.BranchOp,
+                 ops.MergeOp)
 
 
 class Unsupported(Exception):

@@ -47,18 +47,13 @@ from speed_layer.graph.nodes import GraphNode
 from . import _runtime as rt
 from ._plan import FrameBase, StreamPipe
 from ._stream_join_runtime import JoinSpec, StreamJoinGroup
-from .base import Translator, Unsupported
+from .base import STATELESS_OPS, Translator, Unsupported
 from .sources import walk_upstream
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
 
     from ._plan import ExecContext
-
-#: stream ops a record passes through one at a time, in order
-_STATELESS = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.FlatMapValuesOp, ops.PeekOp, ops.BranchOp,
-              ops.MergeOp)
-
 
 def join_nodes(node: GraphNode, topology: "Topology") -> tuple[GraphNode, GraphNode]:
     """``(left, right)`` ``StreamStreamJoinOp`` nodes of the join ``node`` belongs to.
@@ -90,7 +85,7 @@ def _upstream(topology: "Topology", name: str, what: str = "a KStream-KStream jo
                                   "batch order is the raw timestamps', the join's stream time the extracted ones)")
             topics.update(raw)
             internal = internal or len(raw) < len(node.op.topics)
-        elif not isinstance(node.op, (ops.SinkOp, *_STATELESS)):
+        elif not isinstance(node.op, (ops.SinkOp, *STATELESS_OPS)):
             raise Unsupported(f"{what} is only translated over stateless stream ops on source or "
                               f"repartition topics, not over {type(node.op).__name__} node {node.name!r}")
     return topics, internal
@@ -122,7 +117,7 @@ def _check_order_free_downstream(topology: "Topology", merge: str, why: str = _L
         if isinstance(op, ops.SinkOp):
             stack.extend(r for r in readers.get(op.topic or "", ()) if topology.nodes[r].op.repartition == op.repartition)
             continue
-        if isinstance(op, _STATELESS + (ops.SourceOp,)):
+        if isinstance(op, STATELESS_OPS + (ops.SourceOp,)):
             stack.extend(children.get(n, ()))
             continue
         raise Unsupported(f"{why}, after younger records: only stateless steps, repartitions and a plain count "

@@ -27,10 +27,7 @@ class OpProcessor(Processor[Any, Any]):
         """Count and log a dropped record (Kafka's ``dropped-records`` task metric);
         ``window`` = ``(store, key, window_start)`` names the window a late record missed
         (the runtime's ``late_windows()`` and ``late_records()`` report them)."""
-        if window is None:
-            self.context.record_dropped(self.node.name, reason)  # type: ignore[attr-defined]
-        else:
-            self.context.record_dropped(self.node.name, reason, window=window, timestamp=record.timestamp)  # type: ignore[attr-defined]
+        self.context.record_dropped(self.node.name, reason, window=window, timestamp=record.timestamp)  # type: ignore[attr-defined]
         log.debug("%s dropped record key=%r ts=%d: %s", self.node.name, record.key, record.timestamp, reason)
 
 
