@@ -19,6 +19,21 @@ STATELESS_OPS = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.Fl
                  ops.MergeOp)
 
 
+def table_root(topology: "Topology", name: str) -> GraphNode:
+    """The node under table ``name``'s filter / mapValues stages (a KTable source, or the op
+    the table comes from)."""
+    node = topology.nodes[name]
+    while isinstance(node.op, (ops.TableFilterOp, ops.TableMapValuesOp)):
+        node = topology.nodes[node.parents[0]]
+    return node
+
+
+def has_versioned_store(topology: "Topology", node: GraphNode) -> bool:
+    """Whether ``node`` materializes a versioned store (KIP-914)."""
+    spec = topology.stores.get(getattr(node.op, "store", None) or "")
+    return spec is not None and spec.kind == "versioned"
+
+
 class Unsupported(Exception):
     """Raised by a translator at compile time: ``reason`` says why the node cannot run in
     batch. The compiler turns it into a :class:`batch_layer.compiler.BatchCompileError`

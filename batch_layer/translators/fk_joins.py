@@ -53,7 +53,7 @@ from speed_layer.state.keys import ORDERED_KEY, PICKLE
 from . import _runtime as rt
 from ._fk_join_runtime import FK_SCHEMA, FkJoinSpec, ForeignChangesGroup, ForeignKeyJoinGroup, SubscriptionGroup
 from ._plan import FrameBase, StreamPipe, TableChain
-from .base import Translator, Unsupported
+from .base import Translator, Unsupported, has_versioned_store, table_root
 from .sources import table_src_indexes, topic_writers, walk_upstream
 
 if TYPE_CHECKING:
@@ -117,14 +117,12 @@ def _table_source(topology: "Topology", name: str, side: str) -> tuple[GraphNode
     Raises:
         Unsupported: ``name`` is not a KTable source chain, or its store is versioned.
     """
-    node, staged = topology.nodes[name], False
-    while isinstance(node.op, (ops.TableFilterOp, ops.TableMapValuesOp)):
-        node, staged = topology.nodes[node.parents[0]], True
+    node = table_root(topology, name)
+    staged = node.name != name
     if not isinstance(node.op, ops.TableSourceOp):
         raise Unsupported(f"a foreign-key join's {side} table is translated when it is a KTable source with optional "
                           f"filter / mapValues stages, but {name!r} is an op of type {type(node.op).__name__}")
-    spec = topology.stores.get(node.op.store or "")
-    if spec is not None and spec.kind == "versioned":
+    if has_versioned_store(topology, node):
         raise Unsupported(f"a foreign-key join over a versioned {side} table is not translated (its out-of-order updates "
                           "are flagged not-latest and dropped by the join's processors: KIP-914)")
     return node, staged

@@ -35,7 +35,7 @@ from speed_layer.graph.nodes import GraphNode
 from . import _runtime as rt
 from ._plan import FrameBase, StreamPipe, TableChain, ViewRep
 from ._table_agg_runtime import TableAggFold, TableSelectGroup
-from .base import Translator, Unsupported, require_table_parent
+from .base import Translator, Unsupported, has_versioned_store, require_table_parent, table_root
 from .sources import table_src_indexes, topic_writers
 
 if TYPE_CHECKING:
@@ -47,13 +47,10 @@ if TYPE_CHECKING:
 class TableSelectTranslator(Translator):
     def check(self, node: GraphNode, topology: "Topology") -> None:
         require_table_parent(node, topology, "KTable.group_by")
-        table = topology.nodes[node.parents[0]]
-        while isinstance(table.op, (ops.TableFilterOp, ops.TableMapValuesOp)):
-            table = topology.nodes[table.parents[0]]
+        table = table_root(topology, node.parents[0])
         if isinstance(table.op, ops.GlobalStoreOp):
             raise Unsupported("KTable.group_by over a global store is not translated")
-        spec = topology.stores.get(getattr(table.op, "store", None) or "")
-        if spec is not None and spec.kind == "versioned":
+        if has_versioned_store(topology, table):
             raise Unsupported("KTable.group_by over a versioned table is not translated (its out-of-order updates "
                               "are flagged not-latest and skipped by the select: KIP-914)")
 

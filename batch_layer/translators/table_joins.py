@@ -29,7 +29,7 @@ from speed_layer.graph.nodes import GraphNode
 from . import _runtime as rt
 from ._plan import TableChain, ViewRep
 from ._table_join_runtime import TableJoinViewGroup
-from .base import Translator, Unsupported, require_table_parent
+from .base import Translator, Unsupported, has_versioned_store, require_table_parent, table_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,11 +46,7 @@ class TableTableJoinTranslator(Translator):
             raise Unsupported(f"unknown KTable-KTable join kind {op.kind!r}")
         if op.role in ("this", "other"):
             require_table_parent(node, topology, "a KTable-KTable join side")
-            table = topology.nodes[node.parents[0]]
-            while isinstance(table.op, (ops.TableFilterOp, ops.TableMapValuesOp)):
-                table = topology.nodes[table.parents[0]]
-            spec = topology.stores.get(getattr(table.op, "store", None) or "")
-            if spec is not None and spec.kind == "versioned":
+            if has_versioned_store(topology, table_root(topology, node.parents[0])):
                 raise Unsupported("a KTable-KTable join over a versioned table is not translated (its out-of-order "
                                   "updates are flagged not-latest and dropped by the join: KIP-914)")
             return
