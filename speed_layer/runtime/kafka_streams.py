@@ -580,7 +580,10 @@ class KafkaStreams:
         committed (exactly-once) and the local stores reflect them. It first waits for the
         client to be RUNNING (every thread assigned its tasks and their stores restored): after
         a restart the committed offsets are already at the end while the stores are not yet
-        loaded.
+        loaded. While it waits, a local thread that owns a partition not yet committed to
+        its target commits as soon as it has processed everything it fetched
+        (:meth:`StreamThread.request_commit_when_caught_up`), not at its next
+        ``commit.interval.ms``.
         """
         if self.plan is None:
             return False
@@ -647,6 +650,8 @@ class KafkaStreams:
                 elif progress >= end:
                     log.debug("caught up (local thread): %s at %d >= %d", tp, progress, end)
                     del pending[tp]
+                else:
+                    th.request_commit_when_caught_up()
             if remote:
                 # a partition of another member's task, or of a task moving between two
                 # rounds of a cooperative rebalance (owned by nobody): it counts only once

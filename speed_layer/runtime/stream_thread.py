@@ -171,6 +171,8 @@ class StreamThread(threading.Thread):
         #: task id -> the tracked partitions of its repartition topics owned by other tasks
         #: (cleared whenever tasks are created or closed)
         self._siblings: dict[str, list[TP]] = {}
+        #: sub-topology id -> whether it may send to its own source topics
+        self._feeds_itself: dict[int, bool] = {}
         self._fetched_next: dict[TP, int] = {}
         self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
@@ -180,6 +182,9 @@ class StreamThread(threading.Thread):
         self._stopping = threading.Event()
         self._callback_error: BaseException | None = None
         self._last_commit = time.monotonic()
+        #: set by :meth:`request_commit_when_caught_up` (another thread): commit at the
+        #: next loop that finds every owned partition consumed to its end
+        self._commit_when_caught_up = False
         self.commit_total = 0
         #: iterations of the run loop (Kafka's thread metric ``poll-total``)
         self.poll_total = 0
@@ -730,6 +735,26 @@ class StreamThread(threading.Thread):
         self._punctuate()
         if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
+        elif self._commit_when_caught_up and self._caught_up():
+            self._commit()
+
+    def request_commit_when_caught_up(self) -> None:
+        """Ask for one commit as soon as this thread has processed everything its
+        partitions held at their last fetch (thread-safe; :meth:`KafkaStreams.wait_until_caught_up`
+        calls it while it waits). Without it a caught-up thread commits only when
+        ``commit.interval.ms`` has passed since its last commit, so a waiter waited up to
+        that long (10 s in the flights job) for offsets already processed. While the
+        thread still has records to process nothing changes: no extra commit, no extra
+        cache flush."""
+        self._commit_when_caught_up = True
+
+    def _caught_up(self) -> bool:
+        """Nothing buffered or held, and every owned partition at its end (the consumer
+        reported end-of-partition since its last record)."""
+        if self._held:
+            return False
+        eof = self.eof
+        return all(eof.get(tp) for tp in self.tp_task) and not any(t.buffered() for t in self.tasks.values())
 
     def _restore_metadata(self) -> None:
         """Tasks created since the last loop read the metadata committed with their offsets
@@ -847,6 +872,54 @@ class StreamThread(threading.Thread):
             return True
         return False
 
+    def _ready_horizon(self, task: StreamTask) -> int | None:
+        """The largest timestamp (ms) the task's next record may have while :meth:`_ready`
+        stays true for the same reason it is true now, as long as none of its buffers runs
+        dry: below the oldest record on its way back to one of its empty tracked partitions
+        (``pending <= head`` holds it back), and at most the head or the oldest pending send
+        of each sibling partition (``< head`` holds it back). None: no bound (exactly-once,
+        which has neither wait). A task whose sub-topology may send to its own input topics
+        (a sink topic it reads, or a topic extractor) changes these bounds as it runs: its
+        horizon is its head, one record at a time."""
+        if self.eos:
+            return None
+        if self._self_feeding(task):
+            return task.head_timestamp()
+        assert self.collector is not None
+        pending_ts, fetched = self.collector.pending_timestamp, self._fetched_next
+        horizon: int | None = None
+        for tp in self.task_tps[task.task_id]:
+            if tp in self._tracked and task.buffered_in(*tp) == 0:
+                pending = pending_ts(tp, fetched.get(tp, 0))
+                if pending is not None and (horizon is None or pending - 1 < horizon):
+                    horizon = pending - 1
+        for tp in self._sibling_tps(task):
+            head = self.tp_task[tp].buffered_head(*tp)
+            if head is not None and (horizon is None or head < horizon):
+                horizon = head
+            pending = pending_ts(tp, fetched.get(tp, 0))
+            if pending is not None and (horizon is None or pending < horizon):
+                horizon = pending
+        return horizon
+
+    def _self_feeding(self, task: StreamTask) -> bool:
+        """Whether the task's sub-topology has a sink that may write to one of its own
+        source topics (cached per sub-topology)."""
+        sub = task.subtopology.id
+        feeds = self._feeds_itself.get(sub)
+        if feeds is None:
+            feeds = self._feeds_itself[sub] = task.may_send_to_own_sources()
+        return feeds
+
+    def _sibling_tps(self, task: StreamTask) -> list[TP]:
+        """The tracked partitions of the task's repartition topics owned by its other tasks."""
+        siblings = self._siblings.get(task.task_id)
+        if siblings is None:
+            own = self.task_tps[task.task_id]
+            topics = {tp[0] for tp in own if tp in self._tracked}
+            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self._tracked) if tp[0] in topics and tp not in own]
+        return siblings
+
     def _sibling_pending(self, task: StreamTask) -> bool:
         """True while this thread has sent a record older than the task's next record to
         another partition of one of the task's repartition topics, owned by another of its
@@ -855,11 +928,7 @@ class StreamThread(threading.Thread):
         would advance the stream time of everything downstream of both tasks past that
         record, and make it late there (the same sub-topology's tasks feed the same
         downstream partitions)."""
-        siblings = self._siblings.get(task.task_id)
-        if siblings is None:
-            own = self.task_tps[task.task_id]
-            topics = {tp[0] for tp in own if tp in self._tracked}
-            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self._tracked) if tp[0] in topics and tp not in own]
+        siblings = self._sibling_tps(task)
         if not siblings:
             return False
         assert self.collector is not None
@@ -867,8 +936,8 @@ class StreamThread(threading.Thread):
         for polled in (False, True):
             older = False
             for tp in siblings:
-                queued = self.tp_task[tp]._queues.get(tp)
-                if queued and queued[0].timestamp < head:
+                queued = self.tp_task[tp].buffered_head(*tp)
+                if queued is not None and queued < head:
                     older = True  # the sibling holds an older record back itself: wait for it
                     break
                 pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
@@ -916,13 +985,23 @@ class StreamThread(threading.Thread):
                     break
                 continue
             self._maybe_begin()
+            # a run of the task's records up to the next task's head while it stays ready:
+            # none of its buffers runs dry (process_run stops there) and, for a task reading
+            # partitions this thread sends to, its head stays within the records that would
+            # hold it back (:meth:`_ready_horizon`); such a task also keeps the loop's order
+            # on equal heads (the lower position first), as when it ran one record per turn
+            until = heap[0][0] if heap else None
             if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
-                task.process_next()  # each record it processes may hold it back
+                if heap and heap[0][1] < i:
+                    until = heap[0][0] - 1
+                horizon = self._ready_horizon(task)
+                if horizon is not None and (until is None or horizon < until):
+                    until = horizon
+            if until is not None and until < task.head_timestamp():
+                task.process_next()  # ready after waiting its longest (enforced processing)
                 n += 1
             else:
-                # a task reading no partition this thread sends to stays ready while none
-                # of its buffers runs dry: a run of its records, up to the next task's head
-                n += task.process_run(heap[0][0] if heap else None, MAX_RECORDS_PER_LOOP - n)
+                n += task.process_run(until, MAX_RECORDS_PER_LOOP - n)
             self._idle_since.pop(task.task_id, None)
             if task.buffered():
                 heapq.heappush(heap, (task.head_timestamp(), i, task))
@@ -1000,6 +1079,7 @@ class StreamThread(threading.Thread):
         offset moved (before closing tasks)."""
         assert self.consumer is not None and self.producer is not None and self.collector is not None
         self._last_commit = time.monotonic()
+        self._commit_when_caught_up = False
         if not self.tasks:
             return
         self._maybe_begin()

@@ -396,6 +396,21 @@ class StreamTask:
         q = self._queues.get((topic, partition))
         return len(q) if q else 0
 
+    def buffered_head(self, topic: str, partition: int) -> int | None:
+        """The timestamp (ms) of the next buffered record of one input partition, None
+        when its buffer is empty."""
+        q = self._queues.get((topic, partition))
+        return q[0].timestamp if q else None
+
+    def may_send_to_own_sources(self) -> bool:
+        """Whether a sink of this task's sub-topology may write to one of its source topics:
+        a sink topic it reads, or a sink with a topic extractor (any topic)."""
+        for n in self.subtopology.nodes:
+            op = self.topology.nodes[n].op
+            if isinstance(op, SinkOp) and (op.topic_extractor is not None or self.full_topic(op.topic or "", op.repartition) in self.sources):
+                return True
+        return False
+
     def queue(self, topic: str, partition: int) -> deque[RawRecord]:
         """The buffer of one input partition (created empty on first use); the stream
         thread appends consumed records to it directly."""
