@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
+from speed_layer.serde import Serdes
 from speed_layer.state.stores import KeyValueStore, SessionStore, VersionedKeyValueStore, WindowStore
 
 ViewRow = tuple[str, "int | None", "int | None", str, "int | None"]
@@ -27,13 +28,21 @@ ViewRow = tuple[str, "int | None", "int | None", str, "int | None"]
 __all__ = ["ViewRow", "json_value", "key_text", "store_rows"]
 
 
+#: the speed layer's JSON writer (``Serdes.JSON()``: the standard library's compact JSON,
+#: written by orjson where the bytes are provably the same)
+_json_bytes = Serdes.JSON().serializer
+
+
 def json_value(value: Any) -> str:
-    """The JSON the speed layer's ``Serdes.JSON()`` writes (compact, no NaN).
+    """The JSON text the speed layer's ``Serdes.JSON()`` writes (compact, no NaN):
+    ``json.dumps(value, separators=(",", ":"), allow_nan=False)``, character for character.
 
     Raises:
         ValueError / TypeError: the value is not JSON-serializable.
     """
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    if type(value) is int:  # the most common aggregate (counts, sums): json writes int.__repr__
+        return int.__repr__(value)
+    return _json_bytes(value).decode("ascii")
 
 
 def key_text(key: Any) -> str:
