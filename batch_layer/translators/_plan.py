@@ -127,9 +127,11 @@ class PendingFold:
     blocks: bool
 
     def plan_alone(self, ctx: "ExecContext") -> "DataFrame":
-        prep = self.pipe.materialize(ctx, self.emitter)
-        keys = [ctx.bucket("gk"), "blk"] if self.blocks else [ctx.bucket("gk")]
-        return prep.groupBy(*keys).applyInPandas(rt.group_fn(self.fold), rt.VIEW_SCHEMA)
+        """One ``mapInPandas`` pass, then the fold as :meth:`ExecContext.sorted_folds` runs it."""
+        from pyspark.sql import functions as F
+
+        prep = self.pipe.materialize(ctx, self.emitter).withColumn("cid", F.lit(0))
+        return ctx.sorted_folds(prep, {0: self.fold}).drop("cid")
 
 
 @dataclass(frozen=True, eq=False)
@@ -330,11 +332,24 @@ class ExecContext:
             fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc)
             frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
         prep = reduce(lambda a, b: a.unionByName(b), frames)
-        fold = fu.FusedFold({cid: pending[name].fold for cid, name in enumerate(names)})
-        out = prep.groupBy("cid", self.bucket("gk"), "blk").applyInPandas(rt.group_fn(fold), fu.FUSED_VIEW_SCHEMA)
+        out = self.sorted_folds(prep, {cid: pending[name].fold for cid, name in enumerate(names)})
         out = out.persist(StorageLevel.DISK_ONLY)
         self.persisted.append(out)
         return {name: out.filter(F.col("cid") == cid).drop("cid") for cid, name in enumerate(names)}
+
+    def sorted_folds(self, prep: "DataFrame", folds: dict[int, Any]) -> "DataFrame":
+        """The view rows (:data:`_fused.FUSED_VIEW_SCHEMA`) of ``prep``'s rows
+        (:data:`_fused.FUSED_AGG_SCHEMA`) folded by ``folds[cid]``: one shuffle by ``(cid, key
+        bucket, block)``, sorted by Spark in batch order within each partition
+        (``_fused.fold_order``), then one ``applyInArrow`` call per group
+        (``_fused.FusedFold``), which reads each key's rows in that order."""
+        from pyspark.sql import functions as F
+
+        from . import _fused as fu
+
+        prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("bk", self.bucket("gk"))
+        grouped = prep.repartition("cid", "bk", "blk").sortWithinPartitions(*fu.fold_order(folds))
+        return grouped.groupBy("cid", "bk", "blk").applyInArrow(fu.arrow_group_fn(fu.FusedFold(folds)), fu.FUSED_VIEW_SCHEMA)
 
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""

@@ -445,12 +445,15 @@ class AggPrepEmitter:
     def start(self) -> list[list[Any]]:
         return [[] for _ in range(9)]
 
-    def emit(self, r: Rec, buf: list[list[Any]], errs: Errors, memo: dict[tuple[int, int], tuple[Any, bytes]] | None = None) -> None:
-        """Appends ``r``'s rows to ``buf``. ``memo`` (the fused pass, one per input record):
-        encodings of key and value objects already encoded for another view of the same
-        record, by object identity (the pair keeps the object alive)."""
+    def prepare(self, r: Rec, errs: Errors, memo: dict[tuple[int, int], tuple[Any, bytes]] | None = None
+                ) -> tuple[bytes, Iterable[int], bytes, bytes] | None:
+        """``(gk, blocks, key bytes, value bytes)`` of record ``r``, or None when it is dropped
+        (a null key, a null value unless kept, or an encoding error, added to ``errs``).
+        ``memo`` (the fused pass, one per input record): encodings of key and value objects
+        already encoded for another view of the same record, by object identity (the pair
+        keeps the object alive)."""
         if r[0] is None or (r[1] is None and not self.keep_null_values):
-            return
+            return None
         try:
             if memo is None:
                 kb, vb = encode_key(r[0]), dumps(r[1])
@@ -459,12 +462,18 @@ class AggPrepEmitter:
             gk = kb if self.store_key_serde is None else self.store_key_serde.serialize(r[0])
         except Exception:  # noqa: BLE001
             add_error(errs, self.node, rid(r))
-            return
+            return None
         if self.size is None:
-            blocks: Iterable[int] = (0,)
-        else:
-            first, last = window_starts_range(r[2], self.size, self.adv)
-            blocks = range(first // self.block, last // self.block + 1) if first <= last else ()
+            return gk, (0,), kb, vb
+        first, last = window_starts_range(r[2], self.size, self.adv)
+        return gk, (range(first // self.block, last // self.block + 1) if first <= last else ()), kb, vb
+
+    def emit(self, r: Rec, buf: list[list[Any]], errs: Errors) -> None:
+        """Appends ``r``'s rows to ``buf`` (:meth:`prepare`)."""
+        prep = self.prepare(r, errs)
+        if prep is None:
+            return
+        gk, blocks, kb, vb = prep
         for b in blocks:
             for i, x in enumerate((gk, b, kb, vb) + r[2:7]):
                 buf[i].append(x)
@@ -621,7 +630,11 @@ class AsOfJoinGroup(_JoinLogic):
 
 class _Fold:
     """Base of the aggregation folds: one ``applyInPandas`` call gets a bucket of keys
-    (:data:`AGG_SCHEMA`), folded key by key in batch order."""
+    (:data:`AGG_SCHEMA`), folded key by key in batch order.
+
+    Subclasses implement :meth:`fold` over rows already grouped by key in batch order, so
+    that the same fold serves ``applyInPandas`` (``__call__``: the rows sorted here) and the
+    fused ``applyInArrow`` pass (``_fused.FusedFold``: rows sorted by Spark)."""
 
     #: indexes ``src`` of the KTable / GlobalKTable topics (see :func:`ranked_rows`)
     table_srcs: frozenset[int] = frozenset()
@@ -633,6 +646,19 @@ class _Fold:
     def per_key(self, pdf: pd.DataFrame) -> Iterator[tuple[bytes, Iterator[tuple[Any, ...]]]]:
         """``(gk, rows)`` with rows ``(gk, ts, p, o, src, seq, k, v)`` in batch order."""
         return groupby(ranked_rows(pdf, "gk", ["k", "v"], self.table_srcs), key=itemgetter(0))
+
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
+        """The view rows ``(key, window_start, window_end, value JSON, timestamp)`` of
+        ``keys``: ``(gk, rows)`` pairs as :meth:`per_key` gives them (each key's rows
+        ``(gk, ts, p, o, src, seq, k, v)`` in batch order), all of block ``blk`` of window
+        starts (0 without blocks); the records and values that fail are added to ``errs``."""
+        raise NotImplementedError
+
+    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        errs: Errors = {}
+        rows = self.fold(self.per_key(pdf), int(pdf["blk"].iloc[0]) if len(pdf) else 0, errs)
+        flush(self.errors_acc, errs)
+        return _view_frame(rows)
 
     def to_json(self, value: Any, errs: Errors, ident: tuple[int, int, int]) -> str | None:
         try:
@@ -653,26 +679,33 @@ class TimeWindowFold(_Fold):
         super().__init__(node, op, errors_acc)
         self.size, self.adv, self.block = op.windows.size_ms, op.windows.advance_ms, block_ms
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        size, adv, init, agg_fn = self.size, self.adv, self.initializer, self.aggregator
-        lo = int(pdf["blk"].iloc[0]) * self.block
-        hi = lo + self.block
-        errs: Errors = {}
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
+        size, adv, init, agg_fn, node = self.size, self.adv, self.initializer, self.aggregator, self.node
+        lo = blk * self.block
+        hi = lo + self.block - 1  # the block's last start
+        loads = pickle.loads
         rows = []
-        for _gk, recs in self.per_key(pdf):
+        for _gk, recs in keys:
             aggs: dict[int, list[Any]] = {}  # start -> [aggregate, max ts, key, last record id]
             for _, ts, p, o, src, _seq, kb, vb in recs:
-                key, value = decode_key(kb), pickle.loads(vb)
-                first, last = window_starts_range(ts, size, adv)
-                s = max(first, lo)
-                stop = min(last, hi - 1)
+                key, value, ident = decode_key(kb), loads(vb), (src, p, o)
+                # window_starts_range(ts, size, adv), clipped to the block (ts >= 0: decoders drop the rest)
+                s = ts - size + adv
+                if s < 0:
+                    s = 0
+                s -= s % adv
+                if s < lo:
+                    s = lo
+                stop = ts - ts % adv
+                if stop > hi:
+                    stop = hi
                 while s <= stop:
                     cur = aggs.get(s)
                     try:
                         if cur is None:
                             a = value if init is None else agg_fn(key, value, init())
                             if a is not None:  # a None aggregate deletes the window (store.put(None))
-                                aggs[s] = [a, ts, key, (src, p, o)]
+                                aggs[s] = [a, ts, key, ident]
                         else:
                             a = agg_fn(key, value, cur[0])
                             if a is None:
@@ -681,17 +714,16 @@ class TimeWindowFold(_Fold):
                                 cur[0] = a
                                 if ts > cur[1]:
                                     cur[1] = ts
-                                cur[3] = (src, p, o)
+                                cur[3] = ident
                     except Exception:  # noqa: BLE001
-                        add_error(errs, self.node, (src, p, o))
+                        add_error(errs, node, ident)
                         break
                     s += adv
             for start, (a, ts, key, ident) in aggs.items():
                 text = self.to_json(a, errs, ident)
                 if text is not None:
                     rows.append((key_text(key), start, start + size, text, ts))
-        flush(self.errors_acc, errs)
-        return _view_frame(rows)
+        return rows
 
 
 _SESSION_ORDER = itemgetter(0, 1)
@@ -714,16 +746,14 @@ class SessionFold(_Fold):
         self.merger = merger
         self.gap = op.windows.gap_ms
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        errs: Errors = {}
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         rows = []
-        for _gk, recs in self.per_key(pdf):
+        for _gk, recs in keys:
             for end, start, a, key, ident in self.sessions(recs, errs):
                 text = self.to_json(a, errs, ident)
                 if text is not None:
                     rows.append((key_text(key), start, end, text, end))
-        flush(self.errors_acc, errs)
-        return _view_frame(rows)
+        return rows
 
     def sessions(self, recs: Iterable[tuple[Any, ...]], errs: Errors) -> list[list[Any]]:
         """The final sessions of one key: ``[end, start, aggregate, key, last record id]``
@@ -771,11 +801,10 @@ class PlainFold(_Fold):
     """Non-windowed count/reduce/aggregate of a bucket of keys (``StreamAggregateProcessor``):
     result timestamp = the largest record timestamp."""
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         init, agg_fn = self.initializer, self.aggregator
-        errs: Errors = {}
         rows = []
-        for _gk, recs in self.per_key(pdf):
+        for _gk, recs in keys:
             state: list[Any] | None = None  # [aggregate, ts, key, record id]
             for _, ts, p, o, src, _seq, kb, vb in recs:
                 key, value = decode_key(kb), pickle.loads(vb)
@@ -792,8 +821,7 @@ class PlainFold(_Fold):
                 text = self.to_json(state[0], errs, state[3])
                 if text is not None:
                     rows.append((key_text(state[2]), None, None, text, state[1]))
-        flush(self.errors_acc, errs)
-        return _view_frame(rows)
+        return rows
 
 
 class TableViewGroup:

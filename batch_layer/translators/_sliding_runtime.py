@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import replace
-from typing import Any
-
-import pandas as pd
+from typing import Any, Iterable
 
 from speed_layer.graph.nodes import GraphNode, StoreSpec
 from speed_layer.processor.api import Record
@@ -29,7 +27,7 @@ from speed_layer.state.keys import decode_key
 
 from ..general.plan import FULL_HISTORY_MS
 from ._replay_context import ReplayContext
-from ._runtime import Errors, _Fold, _view_frame, add_error, flush, key_text
+from ._runtime import Errors, _Fold, add_error, key_text
 
 
 class _ReplayProcessor(SlidingWindowAggregateProcessor):
@@ -52,14 +50,13 @@ class SlidingFold(_Fold):
         super().__init__(node, op, errors_acc)
         self.spec = replace(spec, in_memory=True, caching=False, logging=False, retention_ms=FULL_HISTORY_MS)
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        errs: Errors = {}
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         rows = []
         store = build_store(self.spec, None, None)
         proc = _ReplayProcessor(GraphNode(self.node, self.op))
         proc.init(ReplayContext({self.spec.name: store}, _discard))  # the view is the store
         d = self.op.windows.time_difference_ms
-        for _gk, recs in self.per_key(pdf):
+        for _gk, recs in keys:
             proc.observed_stream_time = -1
             key: Any = None
             last = (-1, -1, -1)
@@ -73,5 +70,4 @@ class SlidingFold(_Fold):
                 text = self.to_json(vt.value, errs, last)
                 if text is not None:
                     rows.append((key_text(key), start, start + d, text, vt.timestamp))
-        flush(self.errors_acc, errs)
-        return _view_frame(rows)
+        return rows
