@@ -69,9 +69,10 @@ class StreamJoinGroup:
         emitted: list[Record[Any, Any]] = []
         joins = []
         windowed = []
+        task_locals: dict[Any, Any] = {}  # one task: both sides share the join's time tracker
         for side in (0, 1):
             j = StreamStreamJoinProcessor(spec.joins[side])
-            j.init(ReplayContext(stores, emitted.append))
+            j.init(ReplayContext(stores, emitted.append, task_locals))
             w = JoinWindowProcessor(spec.windowed[side])
             w.init(ReplayContext(stores, j.process))
             joins.append(j)

@@ -17,13 +17,14 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from ..config import StreamsConfig
 from ..errors import InvalidStateStoreException, InvalidTimestampException, StreamsException
 from ..graph.nodes import GraphNode, SubTopology
 from ..graph.ops import SinkOp, SourceOp
-from ..processor.api import Cancellable, ProcessorContext, PunctuationType, Record, RecordMetadata
+from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata
+from ..processor.internals import InternalProcessorContext
 from ..processor.factory import create_processor
 from ..serde import Serde
 from ..state.factories import build_store
@@ -33,6 +34,8 @@ from ..windows import Windowed
 from .partitioning import partition_for_key
 
 log = logging.getLogger("speed_layer.task")
+
+T = TypeVar("T")
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -152,8 +155,9 @@ def decode_commit_metadata(encoded: str | None) -> tuple[int, dict[str, int]]:
         return UNKNOWN_PARTITION_TIME, {}
 
 
-class _NodeContext(ProcessorContext):
-    """The ProcessorContext a task gives one of its processors."""
+class _NodeContext(InternalProcessorContext):
+    """The context a task gives one of its processors (a user processor sees the
+    :class:`ProcessorContext` part)."""
 
     def __init__(self, task: "StreamTask", node: GraphNode) -> None:
         self._task = task
@@ -256,6 +260,23 @@ class _NodeContext(ProcessorContext):
     def current_system_time_ms(self) -> int:
         return self._task.clock()
 
+    @property
+    def app_config(self) -> StreamsConfig:
+        return self._task.config
+
+    @property
+    def topology(self) -> Topology:
+        return self._task.topology
+
+    def inc_metric(self, name: str) -> None:
+        self._task.metrics.inc(self._task.task_id, name)
+
+    def task_local(self, key: Any, factory: Callable[[], T]) -> T:
+        locals_ = self._task.task_locals
+        if key not in locals_:
+            locals_[key] = factory()
+        return locals_[key]
+
     def record_dropped(self, node: str, reason: str, window: tuple[str, Any, int] | None = None,
                        timestamp: int | None = None) -> None:
         """Count a dropped record; ``window`` = ``(store, key, window_start)`` of a late record,
@@ -307,6 +328,8 @@ class StreamTask:
         self.global_stores = global_stores or {}
         self.stream_time = -1
         self.commit_requested = False
+        #: objects the task's processors share (:meth:`InternalProcessorContext.task_local`)
+        self.task_locals: dict[Any, Any] = {}
         #: the raw record being processed (its metadata is built when a processor asks)
         self._current_raw: RawRecord | None = None
         #: the node whose init or punctuation runs (not tracked per record: nothing reads it then)

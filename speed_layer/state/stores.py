@@ -470,8 +470,9 @@ class WindowStore(_StoreBase):
 
 
     # -- reads
-    def _rows(self, kb: bytes | None, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
-        lo_t = max(time_from, self.observed_stream_time - self.retention_ms + 1, 0) if self.observed_stream_time >= 0 else max(time_from, 0)
+    def _rows(self, kb: bytes | None, time_from: int, time_to: int, retained_from_ms: int = 1) -> list[tuple[Any, int, ValueAndTimestamp]]:
+        st = self.observed_stream_time
+        lo_t = max(time_from, st - self.retention_ms + retained_from_ms, 0) if st >= 0 else max(time_from, 0)
         if time_to < lo_t:
             return []
         rows: dict[tuple[bytes, int, bytes], tuple[Any, ValueAndTimestamp | None]] = {}
@@ -536,6 +537,17 @@ class WindowStore(_StoreBase):
     def all(self) -> list[tuple[Windowed[Any], Any]]:
         """Every unexpired ``(Windowed(key, window), value)``."""
         return self.fetch_all(0, _MAX)
+
+    def time_ordered_rows(self, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
+        """``(key, window_start, ValueAndTimestamp)`` of every window starting in
+        ``[time_from, time_to]`` (ms), by start then serialized key, as Kafka's time-ordered
+        window store (``TimeFirstWindowKeySchema``) iterates them. That store keeps windows
+        down to ``observed stream time - retention`` inclusive, one ms more than the
+        key-ordered one (:meth:`fetch_all`), so the window closing exactly at retention is
+        still returned."""
+        rows = self._rows(None, time_from, time_to, retained_from_ms=0)
+        ser = self.key_serde.serialize
+        return sorted(rows, key=lambda r: (r[1], ser(r[0]) or b""))
 
     def all_with_timestamps(self) -> list[tuple[Windowed[Any], ValueAndTimestamp]]:
         """Every unexpired ``(Windowed(key, window), ValueAndTimestamp)``, by key then

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from ...state.stores import KeyValueStore, SessionStore, ValueAndTimestamp, WindowStore
 from ...windows import SessionWindows, TimeWindows, Window, Windowed
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .base import OpProcessor
 
 
@@ -62,7 +63,7 @@ class _Forwarding(OpProcessor):
         if self.caching:
             def on_flush(key: Any, new: ValueAndTimestamp | None, old: ValueAndTimestamp | None) -> None:
                 ts = new.timestamp if new is not None else (old.timestamp if old is not None else -1)
-                self.context.forward_flushed(  # type: ignore[attr-defined]
+                self.context.forward_flushed(
                     Record(key, Change(None if new is None else new.value, None if old is None else old.value), ts))
 
             store.flush_listener = on_flush
@@ -86,8 +87,7 @@ class _EmitOnWindowClose(_Forwarding):
         self.emit_final = strategy is not None and strategy.emits_on_close
         self.last_emit_window_close_time = -1  # ConsumerRecord.NO_TIMESTAMP
         self.next_time_to_emit = 0
-        cfg = getattr(getattr(context, "_task", None), "config", None)
-        self.emit_interval_ms = 1000 if cfg is None else int(cfg.windowed_aggregation_emit_interval_ms)
+        self.emit_interval_ms = int(context.app_config.windowed_aggregation_emit_interval_ms)
         if self.emit_final:
             # Kafka: a TimestampedTupleForwarder without the store: no cache flush listener
             self.send_old = bool(getattr(self.op, "send_old_values", True))
@@ -103,8 +103,7 @@ class _EmitOnWindowClose(_Forwarding):
         and KStreamSessionWindowAggregate's, ``processorMetadataForKey(storeName)``)."""
         if not self.emit_final:
             return
-        lookup = getattr(self.context, "processor_metadata_for_key", None)
-        last = None if lookup is None else lookup(self.op.store)
+        last = self.context.processor_metadata_for_key(self.op.store)
         if last is not None:
             self.last_emit_window_close_time = last
 
@@ -112,9 +111,7 @@ class _EmitOnWindowClose(_Forwarding):
         """Note the close time emitted up to, in the task's processor metadata too (Kafka's
         ``addProcessorMetadataKeyValue(storeName, windowCloseTime)``, committed with the offsets)."""
         self.last_emit_window_close_time = close_time
-        add = getattr(self.context, "add_processor_metadata_key_value", None)
-        if add is not None:
-            add(self.op.store, close_time)
+        self.context.add_processor_metadata_key_value(self.op.store, close_time)
 
     def _emit_due(self, close_time: int) -> bool:
         """Whether to emit closed windows now: ON_WINDOW_CLOSE, the wall-clock throttle has
@@ -164,22 +161,13 @@ class _EmitWindowRangeOnClose(_EmitOnWindowClose):
         Kafka's time-ordered store (``TimeFirstWindowKeySchema``) keeps windows down to
         ``observed stream time - retention`` inclusive, one ms more than the key-ordered
         one, so the window closing exactly at retention is still emitted."""
-        store = self.store
-        saved = store.observed_stream_time
-        if saved > 0:
-            store.observed_stream_time = saved - 1
-        try:
-            rows = store._rows(None, lower, upper)
-        finally:
-            store.observed_stream_time = saved
-        ser = store.key_serde.serialize
-        return sorted(rows, key=lambda r: (r[1], ser(r[0]) or b""))
+        return self.store.time_ordered_rows(lower, upper)
 
 
 class StreamAggregateProcessor(_Forwarding):
     """Non-windowed count/reduce/aggregate into a timestamped key-value store."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore = context.get_state_store(self.op.store)
         self.initializer, self.aggregator = aggregate_functions(self.op)
@@ -206,7 +194,7 @@ class TimeWindowAggregateProcessor(_EmitWindowRangeOnClose):
     KStreamWindowAggregate), emitting on each update or, with ON_WINDOW_CLOSE, once per
     closed window."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: WindowStore = context.get_state_store(self.op.store)
         self.windows: TimeWindows = self.op.windows
@@ -296,7 +284,7 @@ class SessionWindowAggregateProcessor(_EmitOnWindowClose):
     per session: a record inside an existing session yields one update, not a tombstone
     and an update."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: SessionStore = context.get_state_store(self.op.store)
         self.windows: SessionWindows = self.op.windows

@@ -5,7 +5,8 @@ import logging
 from typing import Any
 
 from ...graph.nodes import GraphNode
-from ..api import Processor, ProcessorContext, Record
+from ..api import Processor, Record
+from ..internals import InternalProcessorContext
 
 log = logging.getLogger("speed_layer.processor")
 
@@ -17,7 +18,9 @@ class OpProcessor(Processor[Any, Any]):
         self.node = node
         self.op: Any = node.op
 
-    def init(self, context: ProcessorContext) -> None:
+    context: InternalProcessorContext
+
+    def init(self, context: InternalProcessorContext) -> None:  # type: ignore[override]
         self.context = context
 
     def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
@@ -27,17 +30,17 @@ class OpProcessor(Processor[Any, Any]):
         """Count and log a dropped record (Kafka's ``dropped-records`` task metric);
         ``window`` = ``(store, key, window_start)`` names the window a late record missed
         (the runtime's ``late_windows()`` and ``late_records()`` report them)."""
-        self.context.record_dropped(self.node.name, reason, window=window, timestamp=record.timestamp)  # type: ignore[attr-defined]
+        self.context.record_dropped(self.node.name, reason, window=window, timestamp=record.timestamp)
         log.debug("%s dropped record key=%r ts=%d: %s", self.node.name, record.key, record.timestamp, reason)
 
 
-def versioned_upstream(context: ProcessorContext, node: GraphNode) -> bool:
+def versioned_upstream(context: InternalProcessorContext, node: GraphNode) -> bool:
     """Whether the table records ``node`` receives come from a versioned table (Kafka's
     ``InternalStreamsBuilder#isVersionedUpstream``, KIP-914): every parent's output is
     versioned. A node that materializes its output (a table source, a materialized filter or
     mapValues, a materialized join, an aggregation) is versioned iff its store is; any
     other node inherits from its parents; a node without parents is not versioned."""
-    topology = getattr(getattr(context, "_task", None), "topology", None)
+    topology = context.topology
     return False if topology is None else graph_versioned_upstream(topology, node.name)
 
 

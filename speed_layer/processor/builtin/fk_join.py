@@ -30,6 +30,7 @@ from typing import Any
 from ...state.keys import ORDERED_KEY
 from ...state.stores import KeyValueStore, ValueAndTimestamp
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .base import OpProcessor
 from .joins import BoundGetter
 
@@ -89,8 +90,7 @@ def subscription_partition(topic: str, key: Any, value: Any, num_partitions: int
 
 
 def _default_key_serde(context: Any) -> Any:
-    cfg = getattr(getattr(context, "_task", None), "config", None)
-    return getattr(cfg, "default_key_serde", None)
+    return context.app_config.default_key_serde
 
 
 def _task_partition(context: Any) -> int | None:
@@ -117,7 +117,7 @@ class SubscriptionSendProcessor(OpProcessor):
     ``DELETE_KEY_NO_PROPAGATE`` to a changed old key. Out-of-order updates of versioned
     tables never reach this processor (the table source holds them back, KIP-914)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.serde = context.get_state_store(self.op.hash_store).value_serde if self.op.hash_store else None
         self.fk_serde = self.op.foreign_key_serde or ORDERED_KEY
@@ -182,7 +182,7 @@ class SubscriptionReceiveProcessor(OpProcessor):
     foreign key is only accepted with ``PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE`` (left join,
     not stored); otherwise it is dropped."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore = context.get_state_store(self.op.stores[0])
         self.fk_serde = self.op.foreign_key_serde or ORDERED_KEY
@@ -214,7 +214,7 @@ class SubscriptionJoinProcessor(OpProcessor):
     ``PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE`` answers only when there is a value,
     ``DELETE_KEY_NO_PROPAGATE`` answers nothing."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.getter = BoundGetter(self.op.getter, context)
 
@@ -245,7 +245,7 @@ class ForeignTableJoinProcessor(OpProcessor):
     order, at the right record's timestamp (Kafka's ForeignTableJoinProcessorSupplier); a
     deleted right row answers None. Null keys are dropped."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore = context.get_state_store(self.op.stores[0])
         self.fk_serde = self.op.foreign_key_serde or ORDERED_KEY
@@ -273,7 +273,7 @@ class ResponseJoinProcessor(OpProcessor):
     the left row is gone), else ``joiner(left, right)`` (``right`` None for a left join),
     with the response's timestamp."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.getter = BoundGetter(self.op.getter, context)
         self.serde = context.get_state_store(self.op.hash_store).value_serde if self.op.hash_store else None

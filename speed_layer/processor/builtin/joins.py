@@ -27,6 +27,7 @@ from typing import Any, Callable
 from ...state.keys import ORDERED_KEY
 from ...state.stores import KeyValueStore, SessionStore, ValueAndTimestamp, VersionedKeyValueStore, WindowStore
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .aggregate import _Forwarding
 from .base import OpProcessor
 
@@ -202,7 +203,7 @@ class JoinWindowProcessor(OpProcessor):
     + grace behind the store's stream time) are not stored; they are counted as
     ``expired-window-record-drop`` (a store metric in Kafka, not ``dropped-records``)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: WindowStore = context.get_state_store(self.op.store)
 
@@ -212,14 +213,8 @@ class JoinWindowProcessor(OpProcessor):
             return
         expired = self.store.observed_stream_time >= 0 and record.timestamp <= self.store.observed_stream_time - self.store.retention_ms
         if expired:
-            _inc_metric(self.context, "expired-window-record-drop")
+            self.context.inc_metric("expired-window-record-drop")
         self.store.put(record.key, record.value, record.timestamp, record.timestamp)
-
-
-def _inc_metric(context: Any, name: str) -> None:
-    task = getattr(context, "_task", None)
-    if task is not None:
-        task.metrics.inc(task.task_id, name)
 
 
 class _TimeTracker:
@@ -250,7 +245,7 @@ class StreamStreamJoinProcessor(OpProcessor):
     outer side is parked in the outer store, or emitted at once when its window end is
     already behind stream time."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         op = self.op
         self.other: WindowStore = context.get_state_store(op.other_store)
@@ -261,12 +256,10 @@ class StreamStreamJoinProcessor(OpProcessor):
         self.grace = w.grace_ms
         self.key_serde = op.key_serde or ORDERED_KEY
         if self.outer_store is not None:
-            tracker = getattr(self.outer_store, "_duet_join_time_tracker", None)
-            if tracker is None:
-                tracker = _TimeTracker()
-                self.outer_store._duet_join_time_tracker = tracker  # type: ignore[attr-defined]
-            tracker.emit_interval_ms = self._emit_interval(context)
-            self.tracker = tracker
+            # both sides of an outer join share one tracker per task (Kafka's
+            # TimeTrackerSupplier), found under their shared outer store's name
+            self.tracker = context.task_local(("join-time-tracker", op.outer_store), _TimeTracker)
+            self.tracker.emit_interval_ms = self._emit_interval(context)
         else:
             self.tracker = _TimeTracker()
 
@@ -275,8 +268,7 @@ class StreamStreamJoinProcessor(OpProcessor):
             return int(self.op.emit_interval_ms)
         # Kafka's KStreamKStreamJoin#init: InternalConfig.getLong(appConfigs,
         # EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 1000L)
-        cfg = getattr(getattr(context, "_task", None), "config", None)
-        return DEFAULT_OUTER_JOIN_EMIT_INTERVAL_MS if cfg is None else int(cfg.outer_join_emit_interval_ms)
+        return int(context.app_config.outer_join_emit_interval_ms)
 
     # joiner(left, right) whatever side this is
     def _join(self, key: Any, left: Any, right: Any) -> Any:
@@ -378,7 +370,7 @@ class TableTableJoinProcessor(OpProcessor):
     Null keys and out-of-order updates of a versioned table (``Change.is_latest`` False,
     KIP-914) are dropped (``dropped-records``)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.getter = BoundGetter(self.op.other_getter, context)
 
@@ -423,7 +415,7 @@ class TableTableMergeProcessor(_Forwarding):
     puts each new value (None deletes) with the record timestamp and forwards directly, or
     through the store's record cache when caching is enabled."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore | None = context.get_state_store(self.op.store) if self.op.store else None
         self.caching = False

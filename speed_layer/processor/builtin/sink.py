@@ -14,4 +14,4 @@ class SinkProcessor(OpProcessor):
     def process(self, record: Record[Any, Any]) -> None:
         op = self.op
         topic = op.topic if op.topic is not None else op.topic_extractor(record.key, record.value, self.context.record_metadata())
-        self.context.send_to_topic(self.node.name, topic, record, op)  # type: ignore[attr-defined]
+        self.context.send_to_topic(self.node.name, topic, record, op)

@@ -29,6 +29,7 @@ from typing import Any
 from ...state.stores import ValueAndTimestamp, WindowStore
 from ...windows import SlidingWindows, Window, Windowed
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .aggregate import _EmitWindowRangeOnClose, aggregate_functions
 
 
@@ -36,7 +37,7 @@ class SlidingWindowAggregateProcessor(_EmitWindowRangeOnClose):
     """count/reduce/aggregate over :class:`SlidingWindows` into a timestamped window store
     whose window size is the time difference (see the module docstring)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: WindowStore = context.get_state_store(self.op.store)
         self.windows: SlidingWindows = self.op.windows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .base import OpProcessor, versioned_upstream
 
 
@@ -87,7 +88,7 @@ class _MaterializedTable(OpProcessor):
     then goes through the store's cache when caching is on, as Kafka's
     TimestampedTupleForwarder)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.store) if getattr(self.op, "store", None) else None
         self.caching = False
@@ -98,7 +99,7 @@ class _MaterializedTable(OpProcessor):
 
             def on_flush(key: Any, new: ValueAndTimestamp | None, old: ValueAndTimestamp | None) -> None:
                 ts = new.timestamp if new is not None else (old.timestamp if old is not None else -1)
-                self.context.forward_flushed(  # type: ignore[attr-defined]
+                self.context.forward_flushed(
                     Record(key, Change(None if new is None else new.value, None if old is None else old.value), ts))
 
             self.store.flush_listener = on_flush
@@ -183,7 +184,7 @@ class TableMapValuesProcessor(_MaterializedTable):
 class UserProcessor(OpProcessor):
     """Runs a Processor-API processor made by the op's supplier."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.inner = self.op.supplier()
         self.inner.init(context)

@@ -43,6 +43,7 @@ from ...errors import StreamsException
 from ...state.keys import encode_key
 from ...windows import Windowed
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .base import OpProcessor
 
 _Q = struct.Struct(">q")
@@ -90,7 +91,7 @@ class _Entry:
 class SuppressProcessor(OpProcessor):
     """``SuppressOp``: buffers table updates and emits them as the module docstring says."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         s = self.op.suppressed
         self.store: Any = context.get_state_store(self.op.store)

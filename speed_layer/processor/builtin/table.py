@@ -7,6 +7,7 @@ from typing import Any
 from ...state.keys import ORDERED_KEY
 from ...state.stores import KeyValueStore, ValueAndTimestamp, VersionedKeyValueStore
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .aggregate import _Forwarding
 from .base import OpProcessor
 
@@ -21,7 +22,7 @@ class TableSourceProcessor(_Forwarding):
     value), which versioned-semantics operators downstream skip; one older than the history
     retention is neither stored nor forwarded."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.store) if self.op.store else None
         self.caching = False
@@ -72,11 +73,11 @@ class StreamTableJoinProcessor(OpProcessor):
     in ``(timestamp, key)`` order; a record already older than ``stream time - grace`` is
     joined at once. The buffer lives in the processor (not changelogged)."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.table_store)
         self.getter: Any = None
-        topology = getattr(getattr(context, "_task", None), "topology", None)
+        topology = context.topology
         table_node = self.op.table_node
         if not self.op.global_table and topology is not None and table_node in getattr(topology, "nodes", {}):
             from ...graph.ops import SuppressOp
@@ -143,7 +144,7 @@ class StreamTableJoinProcessor(OpProcessor):
 class GlobalStoreProcessor(OpProcessor):
     """Fills a global store: a user processor when given, else ``put(key, value)``."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: Any = context.get_state_store(self.op.store)
         self.inner = self.op.supplier() if self.op.supplier else None

@@ -21,6 +21,7 @@ from typing import Any
 from ...errors import StreamsException
 from ...state.stores import KeyValueStore
 from ..api import Change, Record
+from ..internals import InternalProcessorContext
 from .aggregate import _Forwarding
 from .base import OpProcessor
 
@@ -59,7 +60,7 @@ class TableSelectProcessor(OpProcessor):
 class TableAggregateProcessor(_Forwarding):
     """``TableAggregateOp`` (count, reduce or aggregate): see the module docstring."""
 
-    def init(self, context: Any) -> None:
+    def init(self, context: InternalProcessorContext) -> None:
         super().init(context)
         self.store: KeyValueStore = context.get_state_store(self.op.store)
         self._install_flush(self.store)
