@@ -6,8 +6,9 @@ whose buffer holds ``buffered.records.per.partition`` records, resuming them whe
 process records, each task taking the buffered record with the lowest timestamp
 (``PartitionGroup``) once every input partition has data or is known to be caught up
 (KIP-695: ``max.task.idle.ms`` = 0 waits only for data known to be on the broker, > 0 also
-waits that long for an empty caught-up partition, -1 never waits); run wall-clock
-punctuations; commit every ``commit.interval.ms`` (ms).
+waits that long for an empty caught-up partition, -1 never waits; these rules and the
+waits for repartition records on their way back live in :mod:`.readiness`); run
+wall-clock punctuations; commit every ``commit.interval.ms`` (ms).
 
 Commit (``TaskManager#commit``): ``task.commit()`` flushes record caches (forwarding their
 updates) and stores; at-least-once then flushes the producer, commits the next offsets to
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import StreamsException
+from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer, RestoreEntry, delete_checkpoint, read_checkpoint, write_checkpoint
 from .task import Metrics, RawRecord, StreamTask
@@ -51,8 +53,6 @@ log = logging.getLogger("speed_layer.thread")
 __all__ = ["StreamThread"]
 
 TP = tuple[str, int]
-#: how long a task waits for a partition whose lag is unknown (no record, no end-of-partition yet), s
-UNKNOWN_LAG_WAIT_S = 5.0
 _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
                        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: offset-commit errors of a group that is rebalancing (the commit is retried later)
@@ -155,7 +155,6 @@ class StreamThread(threading.Thread):
         self._store_tps: dict[str, dict[TP, str]] = {}
         self._restored_end: dict[TP, int] = {}
         self.committed: dict[TP, int] = {}
-        self.eof: dict[TP, bool] = {}
         self._paused: set[TP] = set()
         #: consumed records of partitions whose task buffer is full, oldest first, with
         #: their size in bytes: what Java's consumer keeps fetched for a paused partition
@@ -163,17 +162,15 @@ class StreamThread(threading.Thread):
         #: paused, so the thread keeps up to ``HELD_BYTES_PER_PARTITION`` itself before pausing
         self._held: dict[TP, deque[RawRecord]] = {}
         self._held_bytes: dict[TP, int] = {}
-        self._idle_since: dict[str, float] = {}
-        self._thread_wait_since: float | None = None
         self._missing_since: float | None = None
-        #: repartition partitions owned (their own sends are tracked by the collector)
-        self._tracked: set[TP] = set()
-        #: task id -> the tracked partitions of its repartition topics owned by other tasks
-        #: (cleared whenever tasks are created or closed)
-        self._siblings: dict[str, list[TP]] = {}
-        #: sub-topology id -> whether it may send to its own source topics
-        self._feeds_itself: dict[int, bool] = {}
-        self._fetched_next: dict[TP, int] = {}
+        #: which tasks may process now (KIP-695, the repartition round-trip waits); it owns
+        #: the end-of-partition flags, fetched positions and tracked partitions
+        self.readiness = Readiness(
+            self.config.max_task_idle_ms, self.eos, self.task_tps, self.tp_task,
+            pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
+            serve_reports=lambda: self.collector.poll() if self.collector else None,
+            waiting_input=lambda tp: tp not in self._paused and tp not in self._held)
+        self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
@@ -529,10 +526,8 @@ class StreamThread(threading.Thread):
         self.task_tps[task_id] = sorted(tps)
         for tp in tps:
             self.tp_task[tp] = task
-            self.eof[tp] = False
+            self.readiness.add_partition(tp, tp[0] in self.plan.repartition)
             if tp[0] in self.plan.repartition:
-                self._siblings.clear()
-                self._tracked.add(tp)
                 self.collector.track(tp)
             if tp in committed:
                 self.committed[tp] = committed[tp]
@@ -691,16 +686,12 @@ class StreamThread(threading.Thread):
             finally:
                 del self.tasks[tid]
                 self._store_tps.pop(tid, None)
-                self._idle_since.pop(tid, None)
                 self._last_checkpoint.pop(tid, None)
+                self.readiness.remove_task(tid, self.task_tps.get(tid, []))
                 for tp in self.task_tps.pop(tid, []):
                     self.tp_task.pop(tp, None)
-                    self._tracked.discard(tp)
-                    self._siblings.clear()
-                    self._fetched_next.pop(tp, None)
                     if self.collector is not None:
                         self.collector.untrack(tp)
-                    self.eof.pop(tp, None)
                     self._paused.discard(tp)
                     self._held.pop(tp, None)
                     self._held_bytes.pop(tp, None)
@@ -717,7 +708,8 @@ class StreamThread(threading.Thread):
         if self._held:
             self._pause_resume()  # refill the task buffers that were drained
         now = time.monotonic()
-        busy = any(self._ready(t, now) for t in self.tasks.values()) and self._thread_ready(now)
+        readiness = self.readiness
+        busy = any(readiness.ready(t, now) for t in self.tasks.values()) and readiness.thread_ready(now)
         if busy:
             msgs = self.consumer.consume(500, timeout=0)
         else:
@@ -735,7 +727,7 @@ class StreamThread(threading.Thread):
         self._punctuate()
         if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
-        elif self._commit_when_caught_up and self._caught_up():
+        elif self._commit_when_caught_up and not self._held and self.readiness.caught_up():
             self._commit()
 
     def request_commit_when_caught_up(self) -> None:
@@ -747,14 +739,6 @@ class StreamThread(threading.Thread):
         thread still has records to process nothing changes: no extra commit, no extra
         cache flush."""
         self._commit_when_caught_up = True
-
-    def _caught_up(self) -> bool:
-        """Nothing buffered or held, and every owned partition at its end (the consumer
-        reported end-of-partition since its last record)."""
-        if self._held:
-            return False
-        eof = self.eof
-        return all(eof.get(tp) for tp in self.tp_task) and not any(t.buffered() for t in self.tasks.values())
 
     def _restore_metadata(self) -> None:
         """Tasks created since the last loop read the metadata committed with their offsets
@@ -775,7 +759,7 @@ class StreamThread(threading.Thread):
         """Buffer consumed records in their tasks' partition queues, up to
         ``buffered.records.per.partition`` each, the rest in :attr:`_held`; note ends of
         partitions and consumer errors."""
-        tp_task, eof, fetched = self.tp_task, self.eof, self._fetched_next
+        tp_task, eof, fetched = self.tp_task, self.readiness.eof, self.readiness.fetched_next
         limit = self.config.buffered_records_per_partition
         last_tp: TP | None = None
         queue: Any = None
@@ -790,7 +774,7 @@ class StreamThread(threading.Thread):
                 tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
                     if tp in self.tp_task:
-                        self.eof[tp] = True
+                        eof[tp] = True
                     continue
                 if err.fatal():
                     raise StreamsException(f"consumer of {self.name} failed: {err.str()}")
@@ -831,126 +815,6 @@ class StreamThread(threading.Thread):
         held.append(raw)
         self._held_bytes[tp] = self._held_bytes.get(tp, 0) + _held_size(raw)
 
-    def _ready(self, task: StreamTask, now: float) -> bool:
-        """Kafka's ``PartitionGroup#readyToProcess`` (KIP-695): an empty input partition
-        holds the task back while it may have data on the broker (no end-of-partition seen
-        yet, at most ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once caught up.
-        At-least-once also holds it back while records this thread sent to one of the
-        task's (repartition) partitions, or to a sibling partition of the same topic
-        (:meth:`_sibling_pending`), older than the task's next record, are still on their
-        way back (so a replayed backlog reaches windows in timestamp order)."""
-        if task.buffered() == 0:
-            return False
-        idle = self.config.max_task_idle_ms
-        if idle < 0:
-            return True
-        wait_s = 0.0
-        head: int | None = None
-        for tp in self.task_tps[task.task_id]:
-            if task.buffered_in(*tp) > 0:
-                continue
-            if not self.eof.get(tp):
-                wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
-                continue
-            if not self.eos and tp in self._tracked:
-                assert self.collector is not None
-                pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
-                if pending is not None:
-                    head = task.head_timestamp() if head is None else head
-                    if pending <= head:
-                        wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
-                        continue
-            wait_s = max(wait_s, idle / 1000)
-        if wait_s == 0 and not self.eos and self._sibling_pending(task):
-            wait_s = UNKNOWN_LAG_WAIT_S
-        if wait_s == 0:
-            self._idle_since.pop(task.task_id, None)
-            return True
-        since = self._idle_since.setdefault(task.task_id, now)
-        if now - since >= wait_s:
-            self.metrics.inc(task.task_id, "enforced-processing")
-            return True
-        return False
-
-    def _ready_horizon(self, task: StreamTask) -> int | None:
-        """The largest timestamp (ms) the task's next record may have while :meth:`_ready`
-        stays true for the same reason it is true now, as long as none of its buffers runs
-        dry: below the oldest record on its way back to one of its empty tracked partitions
-        (``pending <= head`` holds it back), and at most the head or the oldest pending send
-        of each sibling partition (``< head`` holds it back). None: no bound (exactly-once,
-        which has neither wait). A task whose sub-topology may send to its own input topics
-        (a sink topic it reads, or a topic extractor) changes these bounds as it runs: its
-        horizon is its head, one record at a time."""
-        if self.eos:
-            return None
-        if self._self_feeding(task):
-            return task.head_timestamp()
-        assert self.collector is not None
-        pending_ts, fetched = self.collector.pending_timestamp, self._fetched_next
-        horizon: int | None = None
-        for tp in self.task_tps[task.task_id]:
-            if tp in self._tracked and task.buffered_in(*tp) == 0:
-                pending = pending_ts(tp, fetched.get(tp, 0))
-                if pending is not None and (horizon is None or pending - 1 < horizon):
-                    horizon = pending - 1
-        for tp in self._sibling_tps(task):
-            head = self.tp_task[tp].buffered_head(*tp)
-            if head is not None and (horizon is None or head < horizon):
-                horizon = head
-            pending = pending_ts(tp, fetched.get(tp, 0))
-            if pending is not None and (horizon is None or pending < horizon):
-                horizon = pending
-        return horizon
-
-    def _self_feeding(self, task: StreamTask) -> bool:
-        """Whether the task's sub-topology has a sink that may write to one of its own
-        source topics (cached per sub-topology)."""
-        sub = task.subtopology.id
-        feeds = self._feeds_itself.get(sub)
-        if feeds is None:
-            feeds = self._feeds_itself[sub] = task.may_send_to_own_sources()
-        return feeds
-
-    def _sibling_tps(self, task: StreamTask) -> list[TP]:
-        """The tracked partitions of the task's repartition topics owned by its other tasks."""
-        siblings = self._siblings.get(task.task_id)
-        if siblings is None:
-            own = self.task_tps[task.task_id]
-            topics = {tp[0] for tp in own if tp in self._tracked}
-            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self._tracked) if tp[0] in topics and tp not in own]
-        return siblings
-
-    def _sibling_pending(self, task: StreamTask) -> bool:
-        """True while this thread has sent a record older than the task's next record to
-        another partition of one of the task's repartition topics, owned by another of its
-        tasks, and that record has not been processed yet (still on its way back, or
-        queued in a sibling task that is held back itself). Processing the task first
-        would advance the stream time of everything downstream of both tasks past that
-        record, and make it late there (the same sub-topology's tasks feed the same
-        downstream partitions)."""
-        siblings = self._sibling_tps(task)
-        if not siblings:
-            return False
-        assert self.collector is not None
-        head = task.head_timestamp()
-        for polled in (False, True):
-            older = False
-            for tp in siblings:
-                queued = self.tp_task[tp].buffered_head(*tp)
-                if queued is not None and queued < head:
-                    older = True  # the sibling holds an older record back itself: wait for it
-                    break
-                pending = self.collector.pending_timestamp(tp, self._fetched_next.get(tp, 0))
-                if pending is not None and pending < head:
-                    older = True
-                    break
-            if not older or polled:
-                return older
-            # a send whose delivery report was not served yet may already be consumed back
-            # (its offset is unknown until then): serve the reports and look again
-            self.collector.poll()
-        return False
-
     def _process(self) -> None:
         """Process up to ``MAX_RECORDS_PER_LOOP`` records, always the one with the lowest
         timestamp among the heads of this thread's tasks that are ready when its turn comes.
@@ -963,7 +827,8 @@ class StreamThread(threading.Thread):
         do not see the records of a lagging task as late. Live traffic is unaffected (a
         caught-up partition has seen its end-of-partition)."""
         now = time.monotonic()
-        if not self._thread_ready(now):
+        readiness = self.readiness
+        if not readiness.thread_ready(now):
             return
         # every task with buffered records, lowest head first, each checked when its turn
         # comes: one held back by a sibling's older record is released once the loop has
@@ -974,27 +839,27 @@ class StreamThread(threading.Thread):
             if task.buffered():
                 heap.append((task.head_timestamp(), i, task))
         heapq.heapify(heap)
-        tracked = self._tracked
+        tracked = readiness.tracked
         n = 0
         while heap and n < MAX_RECORDS_PER_LOOP:
             _, i, task = heapq.heappop(heap)
-            if not self._ready(task, now):
+            if not readiness.ready(task, now):
                 # held back: by an empty partition (KIP-695), or by a record sent to one of
                 # its or its siblings' repartition partitions, older than its head
-                if not self._thread_ready(now):
+                if not readiness.thread_ready(now):
                     break
                 continue
             self._maybe_begin()
             # a run of the task's records up to the next task's head while it stays ready:
             # none of its buffers runs dry (process_run stops there) and, for a task reading
             # partitions this thread sends to, its head stays within the records that would
-            # hold it back (:meth:`_ready_horizon`); such a task also keeps the loop's order
+            # hold it back (:meth:`Readiness.horizon`); such a task also keeps the loop's order
             # on equal heads (the lower position first), as when it ran one record per turn
             until = heap[0][0] if heap else None
             if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
                 if heap and heap[0][1] < i:
                     until = heap[0][0] - 1
-                horizon = self._ready_horizon(task)
+                horizon = readiness.horizon(task)
                 if horizon is not None and (until is None or horizon < until):
                     until = horizon
             if until is not None and until < task.head_timestamp():
@@ -1002,27 +867,11 @@ class StreamThread(threading.Thread):
                 n += 1
             else:
                 n += task.process_run(until, MAX_RECORDS_PER_LOOP - n)
-            self._idle_since.pop(task.task_id, None)
+            readiness.processed(task.task_id)
             if task.buffered():
                 heapq.heappush(heap, (task.head_timestamp(), i, task))
-            elif not self._thread_ready(now):
+            elif not readiness.thread_ready(now):
                 break  # its partition ran dry and more may be on its way (KIP-695)
-
-    def _thread_ready(self, now: float) -> bool:
-        """False while an assigned, unpaused partition has nothing buffered and has not
-        reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
-        if self.config.max_task_idle_ms < 0:
-            return True
-        waiting = any(
-            not self.eof.get(tp) and tp not in self._paused and task.buffered_in(*tp) == 0 and tp not in self._held
-            for tp, task in self.tp_task.items()
-        )
-        if not waiting:
-            self._thread_wait_since = None
-            return True
-        if self._thread_wait_since is None:
-            self._thread_wait_since = now
-        return now - self._thread_wait_since >= UNKNOWN_LAG_WAIT_S
 
     def _punctuate(self) -> None:
         now_ms = int(time.time() * 1000)

@@ -1,0 +1,242 @@
+"""Which of a stream thread's tasks may process their next record now (Kafka's
+``PartitionGroup#readyToProcess``, KIP-695, applied per task and to the whole thread, plus
+duet's wait for repartition records on their way back). No Kafka client here: the thread
+feeds it what its consumer reported (end of partition, fetched positions) and the
+collector's pending sends, so the rules are unit-tested with fake tasks
+(``tests/test_speed_layer/test_readiness.py``).
+
+The rules, all times in ms unless named ``_s``:
+
+* **KIP-695 per task.** An empty input partition holds its task back while data may be on
+  the broker: no end-of-partition seen since its last record (at most
+  ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once it is caught up (0: not at
+  all; -1: never wait).
+* **Repartition round trips (at-least-once).** A task is also held back while a record
+  this thread sent to one of its empty repartition partitions, with a timestamp ``<=`` its
+  head, is on its way back; or while a sibling partition (the same repartition topic,
+  owned by another of the thread's tasks) holds, or has on its way, a record older than
+  its head. Processing the task first would advance the stream time of everything
+  downstream of both past that record and make it late there. Exactly-once skips both
+  (its sends are invisible until the transaction commits).
+* **The thread.** No task processes while an assigned, unpaused partition has nothing
+  buffered or held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a
+  replayed backlog keeps its tasks at the same event time.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Protocol
+
+__all__ = ["BufferedTask", "Readiness", "UNKNOWN_LAG_WAIT_S"]
+
+TP = tuple[str, int]
+#: how long a task waits for a partition whose lag is unknown (no record, no end-of-partition yet), s
+UNKNOWN_LAG_WAIT_S = 5.0
+
+
+class BufferedTask(Protocol):
+    """What readiness reads of a task (``StreamTask`` implements it)."""
+
+    task_id: str
+
+    def buffered(self) -> int: ...
+
+    def buffered_in(self, topic: str, partition: int) -> int: ...
+
+    def buffered_head(self, topic: str, partition: int) -> int | None: ...
+
+    def head_timestamp(self) -> int: ...
+
+    def may_send_to_own_sources(self) -> bool: ...
+
+
+class Readiness:
+    """The readiness rules of one stream thread (see the module docstring).
+
+    Args:
+        max_task_idle_ms: Kafka's ``max.task.idle.ms`` (ms; -1 never waits).
+        exactly_once: whether the thread runs ``exactly_once_v2`` (no round-trip waits).
+        task_tps: the thread's ``{task id: its input partitions}`` (read, not written).
+        tp_task: the thread's ``{input partition: its task}`` (read, not written).
+        pending: ``pending(tp, consumed_next)``: the timestamp of the oldest record this
+            thread sent to ``tp`` that is not consumed back yet (offsets below
+            ``consumed_next`` are), None if none (the record collector's).
+        serve_reports: serves the producer's delivery reports (a send acknowledged meanwhile
+            may already be consumed back).
+        waiting_input: ``waiting_input(tp)``: whether partition ``tp`` is unpaused with
+            nothing held by the thread (the thread's flow control).
+    """
+
+    def __init__(self, max_task_idle_ms: int, exactly_once: bool, task_tps: Mapping[str, list[TP]],
+                 tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
+                 serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool]) -> None:
+        self.max_task_idle_ms = max_task_idle_ms
+        self.exactly_once = exactly_once
+        self.task_tps = task_tps
+        self.tp_task = tp_task
+        self._pending = pending
+        self._serve_reports = serve_reports
+        self._waiting_input = waiting_input
+        #: end of partition reported since the partition's last consumed record
+        self.eof: dict[TP, bool] = {}
+        #: the next offset to fetch per partition (what was consumed up to)
+        self.fetched_next: dict[TP, int] = {}
+        #: repartition partitions this thread owns (its own sends to them are tracked)
+        self.tracked: set[TP] = set()
+        self._siblings: dict[str, list[TP]] = {}
+        self._feeds_itself: dict[str, bool] = {}
+        self._idle_since: dict[str, float] = {}
+        self._thread_wait_since: float | None = None
+        #: the count of enforced processings per task (Kafka's ``enforced-processing`` metric)
+        self.on_enforced: Callable[[str], None] = lambda task_id: None
+
+    # -- the thread's bookkeeping
+    def add_partition(self, tp: TP, repartition: bool) -> None:
+        """A partition of a new task: not at its end yet; tracked when it is a repartition
+        topic's."""
+        self.eof[tp] = False
+        if repartition:
+            self.tracked.add(tp)
+            self._siblings.clear()
+
+    def remove_task(self, task_id: str, tps: list[TP]) -> None:
+        """Forget a closed task and its partitions."""
+        self._idle_since.pop(task_id, None)
+        self._feeds_itself.pop(task_id, None)
+        for tp in tps:
+            self.eof.pop(tp, None)
+            self.fetched_next.pop(tp, None)
+            self.tracked.discard(tp)
+        self._siblings.clear()
+
+    def processed(self, task_id: str) -> None:
+        """The task processed a record: its idle time starts again."""
+        self._idle_since.pop(task_id, None)
+
+    # -- the rules
+    def ready(self, task: BufferedTask, now: float) -> bool:
+        """Whether ``task`` may process its next record at ``now`` (monotonic s)."""
+        if task.buffered() == 0:
+            return False
+        idle = self.max_task_idle_ms
+        if idle < 0:
+            return True
+        wait_s = 0.0
+        head: int | None = None
+        for tp in self.task_tps[task.task_id]:
+            if task.buffered_in(*tp) > 0:
+                continue
+            if not self.eof.get(tp):
+                wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
+                continue
+            if not self.exactly_once and tp in self.tracked:
+                pending = self._pending(tp, self.fetched_next.get(tp, 0))
+                if pending is not None:
+                    head = task.head_timestamp() if head is None else head
+                    if pending <= head:
+                        wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
+                        continue
+            wait_s = max(wait_s, idle / 1000)
+        if wait_s == 0 and not self.exactly_once and self._sibling_pending(task):
+            wait_s = UNKNOWN_LAG_WAIT_S
+        if wait_s == 0:
+            self._idle_since.pop(task.task_id, None)
+            return True
+        since = self._idle_since.setdefault(task.task_id, now)
+        if now - since >= wait_s:
+            self.on_enforced(task.task_id)
+            return True
+        return False
+
+    def horizon(self, task: BufferedTask) -> int | None:
+        """The largest timestamp (ms) the task's next record may have while :meth:`ready`
+        stays true for the same reason it is true now, as long as none of its buffers runs
+        dry: below the oldest record on its way back to one of its empty tracked partitions
+        (``pending <= head`` holds it back), and at most the head or the oldest pending send
+        of each sibling partition (``< head`` holds it back). None: no bound (exactly-once,
+        which has neither wait). A task whose sub-topology may send to its own input topics
+        (a sink topic it reads, or a topic extractor) changes these bounds as it runs: its
+        horizon is its head, one record at a time."""
+        if self.exactly_once:
+            return None
+        if self._self_feeding(task):
+            return task.head_timestamp()
+        pending_ts, fetched = self._pending, self.fetched_next
+        horizon: int | None = None
+        for tp in self.task_tps[task.task_id]:
+            if tp in self.tracked and task.buffered_in(*tp) == 0:
+                pending = pending_ts(tp, fetched.get(tp, 0))
+                if pending is not None and (horizon is None or pending - 1 < horizon):
+                    horizon = pending - 1
+        for tp in self._sibling_tps(task):
+            head = self.tp_task[tp].buffered_head(*tp)
+            if head is not None and (horizon is None or head < horizon):
+                horizon = head
+            pending = pending_ts(tp, fetched.get(tp, 0))
+            if pending is not None and (horizon is None or pending < horizon):
+                horizon = pending
+        return horizon
+
+    def thread_ready(self, now: float) -> bool:
+        """False while an assigned, unpaused partition has nothing buffered or held and has
+        not reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
+        if self.max_task_idle_ms < 0:
+            return True
+        eof, waiting_input = self.eof, self._waiting_input
+        waiting = any(
+            not eof.get(tp) and task.buffered_in(*tp) == 0 and waiting_input(tp)
+            for tp, task in self.tp_task.items()
+        )
+        if not waiting:
+            self._thread_wait_since = None
+            return True
+        if self._thread_wait_since is None:
+            self._thread_wait_since = now
+        return now - self._thread_wait_since >= UNKNOWN_LAG_WAIT_S
+
+    def caught_up(self) -> bool:
+        """Every owned partition at its end and nothing buffered (the thread checks what it
+        holds itself)."""
+        eof = self.eof
+        return all(eof.get(tp) for tp in self.tp_task) and not any(t.buffered() for t in self.tp_task.values())
+
+    # -- helpers
+    def _self_feeding(self, task: BufferedTask) -> bool:
+        feeds = self._feeds_itself.get(task.task_id)
+        if feeds is None:
+            feeds = self._feeds_itself[task.task_id] = task.may_send_to_own_sources()
+        return feeds
+
+    def _sibling_tps(self, task: BufferedTask) -> list[TP]:
+        """The tracked partitions of the task's repartition topics owned by its other tasks."""
+        siblings = self._siblings.get(task.task_id)
+        if siblings is None:
+            own = self.task_tps[task.task_id]
+            topics = {tp[0] for tp in own if tp in self.tracked}
+            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
+        return siblings
+
+    def _sibling_pending(self, task: BufferedTask) -> bool:
+        """True while this thread has sent a record older than the task's next record to a
+        sibling partition and that record has not been processed yet (still on its way
+        back, or queued in a sibling task that is held back itself)."""
+        siblings = self._sibling_tps(task)
+        if not siblings:
+            return False
+        head = task.head_timestamp()
+        for polled in (False, True):
+            older = False
+            for tp in siblings:
+                queued = self.tp_task[tp].buffered_head(*tp)
+                if queued is not None and queued < head:
+                    older = True  # the sibling holds an older record back itself: wait for it
+                    break
+                pending = self._pending(tp, self.fetched_next.get(tp, 0))
+                if pending is not None and pending < head:
+                    older = True
+                    break
+            if not older or polled:
+                return older
+            # a send whose delivery report was not served yet may already be consumed back
+            # (its offset is unknown until then): serve the reports and look again
+            self._serve_reports()
+        return False

@@ -1,0 +1,204 @@
+"""The stream thread's readiness rules without a broker (``speed_layer/runtime/readiness.py``):
+KIP-695 per task and per thread (Kafka's ``PartitionGroup#readyToProcess``; the cases of
+Kafka's ``PartitionGroupTest#shouldWaitForPollWhenLagIsNonzero`` /
+``shouldIdleAsSpecifiedWhenLagIsZero`` / ``shouldNeverWaitIfIdlingIsDisabled``, with
+end-of-partition standing for a known lag of zero), and duet's wait for repartition
+records on their way back (own partitions and siblings), with the horizon that lets a task
+process a run of records under the same rules."""
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from speed_layer.runtime.readiness import UNKNOWN_LAG_WAIT_S, Readiness
+
+TP = tuple[str, int]
+SRC, REP = "src", "app-rep-repartition"
+
+
+class FakeTask:
+    """Buffers of timestamps per input partition."""
+
+    def __init__(self, task_id: str, buffers: dict[TP, list[int]], feeds_itself: bool = False) -> None:
+        self.task_id = task_id
+        self.queues = {tp: deque(ts) for tp, ts in buffers.items()}
+        self.feeds_itself = feeds_itself
+
+    def buffered(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def buffered_in(self, topic: str, partition: int) -> int:
+        return len(self.queues.get((topic, partition), ()))
+
+    def buffered_head(self, topic: str, partition: int) -> int | None:
+        q = self.queues.get((topic, partition))
+        return q[0] if q else None
+
+    def head_timestamp(self) -> int:
+        heads = [q[0] for q in self.queues.values() if q]
+        return min(heads) if heads else -1
+
+    def may_send_to_own_sources(self) -> bool:
+        return self.feeds_itself
+
+
+class Kit:
+    """A Readiness over fake tasks, a fake collector (pending sends per partition) and the
+    thread's paused partitions."""
+
+    def __init__(self, tasks: list[FakeTask], idle_ms: int = 0, eos: bool = False) -> None:
+        self.tasks = {t.task_id: t for t in tasks}
+        self.task_tps = {t.task_id: sorted(t.queues) for t in tasks}
+        self.tp_task = {tp: t for t in tasks for tp in t.queues}
+        self.pending: dict[TP, int] = {}
+        self.acked_on_serve: set[TP] = set()
+        self.served = 0
+        self.paused: set[TP] = set()
+        self.enforced: list[str] = []
+        self.r = Readiness(idle_ms, eos, self.task_tps, self.tp_task, self._pending, self._serve,
+                           lambda tp: tp not in self.paused)
+        self.r.on_enforced = self.enforced.append
+        for tp in self.tp_task:
+            self.r.add_partition(tp, tp[0] == REP)
+
+    def _pending(self, tp: TP, consumed_next: int) -> int | None:
+        return self.pending.get(tp)
+
+    def _serve(self) -> None:
+        self.served += 1
+        for tp in self.acked_on_serve:
+            self.pending.pop(tp, None)
+
+    def at_end(self, *tps: TP) -> None:
+        for tp in tps:
+            self.r.eof[tp] = True
+
+
+def test_a_task_with_nothing_buffered_is_not_ready() -> None:
+    kit = Kit([FakeTask("0_0", {(SRC, 0): []})])
+    kit.at_end((SRC, 0))
+    assert not kit.r.ready(kit.tasks["0_0"], 0.0)
+
+
+def test_an_empty_partition_without_end_of_partition_holds_the_task_for_the_unknown_lag_wait() -> None:
+    # Kafka: shouldWaitForPollWhenLagIsNonzero (lag unknown until the fetch answers)
+    task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
+    kit = Kit([task])
+    kit.at_end((SRC, 0))
+    assert not kit.r.ready(task, 100.0)
+    assert not kit.r.ready(task, 100.0 + UNKNOWN_LAG_WAIT_S / 2)
+    assert kit.enforced == []
+    assert kit.r.ready(task, 100.0 + UNKNOWN_LAG_WAIT_S)  # enforced processing
+    assert kit.enforced == ["0_0"]
+
+
+def test_an_empty_partition_at_its_end_does_not_hold_the_task_with_max_task_idle_0() -> None:
+    task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
+    kit = Kit([task])
+    kit.at_end((SRC, 0), ("other", 0))
+    assert kit.r.ready(task, 0.0)
+
+
+def test_max_task_idle_ms_waits_that_long_for_an_empty_partition_at_its_end() -> None:
+    # Kafka: shouldIdleAsSpecifiedWhenLagIsZero
+    task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
+    kit = Kit([task], idle_ms=2_000)
+    kit.at_end((SRC, 0), ("other", 0))
+    assert not kit.r.ready(task, 10.0)
+    assert not kit.r.ready(task, 11.9)
+    assert kit.r.ready(task, 12.0)
+
+
+def test_max_task_idle_minus_1_never_waits() -> None:
+    # Kafka: shouldNeverWaitIfIdlingIsDisabled
+    task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
+    kit = Kit([task], idle_ms=-1)
+    assert kit.r.ready(task, 0.0)
+    assert kit.r.thread_ready(0.0)
+
+
+def test_a_send_on_its_way_back_to_an_empty_own_partition_holds_the_task_while_not_newer_than_its_head() -> None:
+    task = FakeTask("1_0", {(REP, 0): [], (SRC, 0): [100, 150]})
+    kit = Kit([task])
+    kit.at_end((REP, 0), (SRC, 0))
+    kit.pending[(REP, 0)] = 100
+    assert not kit.r.ready(task, 0.0)  # pending <= head
+    kit.pending[(REP, 0)] = 101
+    assert kit.r.ready(task, 0.0)
+    assert kit.r.horizon(task) == 100  # the record at 150 would be held back
+    del kit.pending[(REP, 0)]
+    assert kit.r.horizon(task) is None
+
+
+def test_a_sibling_partition_with_an_older_record_queued_or_on_its_way_holds_the_task() -> None:
+    a = FakeTask("1_0", {(REP, 0): [50, 90]})
+    b = FakeTask("1_1", {(REP, 1): [60]})
+    kit = Kit([a, b])
+    kit.at_end((REP, 0), (REP, 1))
+    assert kit.r.ready(a, 0.0)
+    assert kit.r.horizon(a) == 60  # b's head: a may go on up to it
+    assert not kit.r.ready(b, 0.0)  # a holds an older record (50 < 60)
+    b2 = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b2])
+    kit.at_end((REP, 0), (REP, 1))
+    kit.pending[(REP, 1)] = 40  # an older record on its way to the sibling
+    assert not kit.r.ready(a, 0.0)
+    assert kit.served == 1  # delivery reports served before deciding
+    kit.acked_on_serve.add((REP, 1))  # its report says it was consumed back meanwhile
+    assert kit.r.ready(a, 1.0)
+    assert kit.r.horizon(a) is None
+
+
+def test_exactly_once_neither_waits_for_round_trips_nor_bounds_runs() -> None:
+    a = FakeTask("1_0", {(REP, 0): [50]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b], eos=True)
+    kit.at_end((REP, 0), (REP, 1))
+    kit.pending[(REP, 1)] = 10
+    assert kit.r.ready(a, 0.0)
+    assert kit.r.horizon(a) is None
+
+
+def test_a_task_that_may_feed_its_own_sources_runs_one_record_at_a_time() -> None:
+    a = FakeTask("1_0", {(REP, 0): [50, 70]}, feeds_itself=True)
+    kit = Kit([a])
+    kit.at_end((REP, 0))
+    assert kit.r.horizon(a) == 50
+
+
+def test_the_thread_waits_for_an_unpaused_empty_partition_not_at_its_end() -> None:
+    a = FakeTask("0_0", {(SRC, 0): [5]})
+    b = FakeTask("0_1", {(SRC, 1): []})
+    kit = Kit([a, b])
+    kit.at_end((SRC, 0))
+    assert not kit.r.thread_ready(10.0)
+    assert kit.r.thread_ready(10.0 + UNKNOWN_LAG_WAIT_S)
+    kit.paused.add((SRC, 1))  # a paused partition is not waited for
+    assert kit.r.thread_ready(20.0)
+    kit.paused.clear()
+    kit.at_end((SRC, 1))
+    assert kit.r.thread_ready(20.0)
+
+
+@pytest.mark.parametrize("buffers, at_end, expected", [
+    ({(SRC, 0): []}, [(SRC, 0)], True),
+    ({(SRC, 0): []}, [], False),
+    ({(SRC, 0): [1]}, [(SRC, 0)], False),
+])
+def test_caught_up(buffers: dict[TP, list[int]], at_end: list[TP], expected: bool) -> None:
+    kit = Kit([FakeTask("0_0", buffers)])
+    kit.at_end(*at_end)
+    assert kit.r.caught_up() is expected
+
+
+def test_a_closed_task_is_forgotten() -> None:
+    a = FakeTask("1_0", {(REP, 0): [50]})
+    b = FakeTask("1_1", {(REP, 1): [10]})
+    kit = Kit([a, b])
+    kit.at_end((REP, 0), (REP, 1))
+    assert not kit.r.ready(a, 0.0)  # b's older head
+    kit.r.remove_task("1_1", [(REP, 1)])
+    del kit.task_tps["1_1"], kit.tp_task[(REP, 1)]
+    assert kit.r.ready(a, 0.0)
+    assert (REP, 1) not in kit.r.tracked and (REP, 1) not in kit.r.eof
