@@ -38,9 +38,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from ..config import StreamsConfig
 from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TopologyException
 from ..graph.ops import SinkOp
-from ..state.stores import _MAX
+from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView, ReadOnlyWindowView, store_view
 from ..topology import Topology
-from ..windows import Window, Windowed
 from .admin import TopicError, admin_client, ensure_topics
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
@@ -399,7 +398,18 @@ class KafkaStreams:
         if name not in self.topology.stores:
             raise InvalidStateStoreException(f"Cannot get state store {name} because no such store is registered in the topology.")
         self._validate_running()
-        return store_view(self, name)
+        return store_view(self.topology.stores[name].kind, name, self._queryable_stores)
+
+    def _queryable_stores(self, name: str) -> list[Any]:
+        """The store provider of the interactive-query views (Kafka's
+        ``QueryableStoreProvider``): the local instances of ``name`` while the client is
+        RUNNING or REBALANCING.
+
+        Raises:
+            InvalidStateStoreException: otherwise.
+        """
+        self._validate_running()
+        return self.local_stores(name)
 
     def _validate_running(self) -> None:
         if self._state not in ("RUNNING", "REBALANCING"):
@@ -690,119 +700,3 @@ class KafkaStreams:
 
     def __repr__(self) -> str:
         return f"KafkaStreams(application.id={self.config.application_id!r}, state={self._state})"
-
-
-# ---------------------------------------------------------------------- interactive queries
-class _StoreView:
-    """Read-only view of one store over the client's local tasks (Kafka's
-    ``CompositeReadOnly*Store``). Reads retry when a concurrent write of the stream thread
-    races them; a store closed by a rebalance raises InvalidStateStoreException."""
-
-    def __init__(self, streams: KafkaStreams, name: str) -> None:
-        self._streams, self.name = streams, name
-
-    def _stores(self) -> list[Any]:
-        self._streams._validate_running()
-        return self._streams.local_stores(self.name)
-
-    def _read(self, fn: Callable[[list[Any]], Any]) -> Any:
-        for _ in range(20):
-            try:
-                return fn(self._stores())
-            except RuntimeError:  # a dict/cache changed size during iteration: read again
-                time.sleep(0.005)
-            except InvalidStateStoreException:
-                raise
-            except Exception as exc:  # noqa: BLE001 - e.g. a store closed by a rebalance
-                raise InvalidStateStoreException(f"state store {self.name} may have migrated to another instance: {exc!r}") from exc
-        raise InvalidStateStoreException(f"state store {self.name} kept changing while being read")
-
-    def approximate_num_entries(self) -> int:
-        return int(self._read(lambda ss: sum(s.approximate_num_entries() for s in ss)))
-
-
-class ReadOnlyKeyValueView(_StoreView):
-    """``get``, ``get_with_timestamp``, ``range``, ``all`` over key-value stores."""
-
-    def get(self, key: Any) -> Any:
-        """The value of ``key`` (None when absent)."""
-        return self._read(lambda ss: next((v for v in (s.get(key) for s in ss) if v is not None), None))
-
-    def get_with_timestamp(self, key: Any) -> Any:
-        return self._read(lambda ss: next((v for v in (s.get_with_timestamp(key) for s in ss) if v is not None), None))
-
-    def range(self, from_key: Any = None, to_key: Any = None) -> list[tuple[Any, Any]]:
-        """``(key, value)`` with ``from_key <= key <= to_key`` in serialized-key order."""
-        def rows(ss: list[Any]) -> list[tuple[Any, Any]]:
-            out = []
-            for s in ss:
-                lo = None if from_key is None else s._kb(from_key)
-                hi = None if to_key is None else s._kb(to_key)
-                out.extend((kb, k, vt.value) for kb, k, vt in s._merged(lo, hi))
-            return [(k, v) for _, k, v in sorted(out, key=lambda r: r[0])]
-        return self._read(rows)
-
-    def all(self) -> list[tuple[Any, Any]]:
-        return self.range(None, None)
-
-
-class ReadOnlyWindowView(_StoreView):
-    """``fetch``, ``fetch_all``, ``all`` over window stores (times in ms)."""
-
-    def fetch(self, key: Any, time_from: int | None = None, time_to: int | None = None) -> Any:
-        """``fetch(key, start)``: the value of that window (or None);
-        ``fetch(key, from, to)``: ``[(window_start, value)]`` ascending."""
-        if time_to is None:
-            return self._read(lambda ss: next((v for v in (s.fetch(key, time_from) for s in ss) if v is not None), None))
-        return self._read(lambda ss: sorted((r for s in ss for r in s.fetch(key, time_from, time_to)), key=lambda r: r[0]))
-
-    def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
-        """``[(Windowed(key, window), value)]`` for windows starting in ``[from, to]``."""
-        def rows(ss: list[Any]) -> list[tuple[Windowed[Any], Any]]:
-            out = []
-            for s in ss:
-                for k, start, vt in s._rows(None, time_from, time_to):
-                    out.append(((s.key_serde.serialize(k) or b"", start), Windowed(k, Window(start, start + s.window_size_ms)), vt.value))
-            return [(w, v) for _, w, v in sorted(out, key=lambda r: r[0])]
-        return self._read(rows)
-
-    def all(self) -> list[tuple[Windowed[Any], Any]]:
-        return self.fetch_all(0, _MAX)
-
-
-class ReadOnlySessionView(_StoreView):
-    """``fetch``, ``find_sessions``, ``fetch_session``, ``all`` over session stores."""
-
-    def fetch(self, key: Any) -> list[tuple[Windowed[Any], Any]]:
-        return self._read(lambda ss: [r for s in ss for r in s.fetch(key)])
-
-    def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
-        return self._read(lambda ss: [r for s in ss for r in s.find_sessions(key, earliest_session_end, latest_session_start)])
-
-    def fetch_session(self, key: Any, start: int, end: int) -> Any:
-        return self._read(lambda ss: next((v for v in (s.fetch_session(key, start, end) for s in ss) if v is not None), None))
-
-    def all(self) -> list[tuple[Windowed[Any], Any]]:
-        return self._read(lambda ss: [r for s in ss for r in s.all()])
-
-
-class ReadOnlyVersionedView(_StoreView):
-    """``get(key, as_of_timestamp=None)`` and ``all`` over versioned stores."""
-
-    def get(self, key: Any, as_of_timestamp: int | None = None) -> Any:
-        return self._read(lambda ss: next((v for v in (s.get(key, as_of_timestamp) for s in ss) if v is not None), None))
-
-    def all(self) -> list[tuple[Any, Any]]:
-        return self._read(lambda ss: [r for s in ss for r in s.all()])
-
-
-def store_view(streams: KafkaStreams, name: str) -> _StoreView:
-    """The read-only view matching the kind of store ``name``."""
-    kind = streams.topology.stores[name].kind
-    if kind == "window":
-        return ReadOnlyWindowView(streams, name)
-    if kind == "session":
-        return ReadOnlySessionView(streams, name)
-    if kind == "versioned":
-        return ReadOnlyVersionedView(streams, name)
-    return ReadOnlyKeyValueView(streams, name)

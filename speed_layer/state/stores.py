@@ -31,6 +31,8 @@ _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _I = struct.Struct(">I")
 _MAX = 2**63 - 1
+#: the largest timestamp (ms): Java's ``Long.MAX_VALUE``
+MAX_TIMESTAMP = _MAX
 
 
 class ValueAndTimestamp(NamedTuple):
@@ -251,6 +253,13 @@ class KeyValueStore(_StoreBase):
     def all(self) -> Iterator[tuple[Any, Any]]:
         """Every ``(key, value)`` in serialized-key order."""
         return self.range(None, None)
+
+    def range_with_key_bytes(self, from_key: Any = None, to_key: Any = None) -> list[tuple[bytes, Any, Any]]:
+        """``(serialized key, key, value)`` of :meth:`range`: what a view over several
+        stores merges in serialized-key order."""
+        lo = None if from_key is None else self._kb(from_key)
+        hi = None if to_key is None else self._kb(to_key)
+        return [(kb, key, vt.value) for kb, key, vt in self._merged(lo, hi)]
 
     def all_with_timestamps(self) -> Iterator[tuple[Any, ValueAndTimestamp]]:
         for _, key, vt in self._merged(None, None):
@@ -537,6 +546,11 @@ class WindowStore(_StoreBase):
     def all(self) -> list[tuple[Windowed[Any], Any]]:
         """Every unexpired ``(Windowed(key, window), value)``."""
         return self.fetch_all(0, _MAX)
+
+    def window_rows(self, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
+        """``(key, window_start, ValueAndTimestamp)`` of every unexpired window starting in
+        ``[time_from, time_to]`` (ms), by serialized key then start (:meth:`fetch_all`'s)."""
+        return self._rows(None, time_from, time_to)
 
     def time_ordered_rows(self, time_from: int, time_to: int) -> list[tuple[Any, int, ValueAndTimestamp]]:
         """``(key, window_start, ValueAndTimestamp)`` of every window starting in
