@@ -537,7 +537,7 @@ class StreamThread(threading.Thread):
         """Restore a KTable store from its source topic: deserialize with the source's serdes
         and put (Kafka's source-topic changelog restore)."""
         node = task.sources[topic]
-        ks, vs = task._serdes(node)
+        ks, vs = task.node_serdes(node)
 
         def apply(kb: bytes | None, vb: bytes | None, ts: int, headers: Any) -> None:
             try:
@@ -876,8 +876,7 @@ class StreamThread(threading.Thread):
     def _punctuate(self) -> None:
         now_ms = int(time.time() * 1000)
         for task in list(self.tasks.values()):
-            due = any(getattr(p, "wall", False) and not p.cancelled and p.due <= now_ms for p in task._punctuations)
-            if due:
+            if task.wall_clock_punctuation_due(now_ms):
                 self._maybe_begin()
                 task.punctuate_wall_clock()
 

@@ -499,7 +499,9 @@ class StreamTask:
         return n
 
     # ------------------------------------------------------------------ processing
-    def _serdes(self, node: GraphNode) -> tuple[Serde[Any], Serde[Any]]:
+    def node_serdes(self, node: GraphNode) -> tuple[Serde[Any], Serde[Any]]:
+        """The key and value serdes of a source or sink node (a repartition topic's default
+        to the ordered key and pickle serdes, others to the config's defaults)."""
         op = node.op
         if getattr(op, "repartition", False):
             return op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
@@ -516,7 +518,7 @@ class StreamTask:
             if node is None:
                 raise StreamsException(f"task {self.task_id}: no source for topic {topic}")
             plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
-            ks, vs = self._serdes(node)
+            ks, vs = self.node_serdes(node)
             src = self._source_serdes[topic] = (node, ks, vs, plain_ts, _raw_deserializer(ks), _raw_deserializer(vs),
                                                 self.processors[node.name].process)
         return src
@@ -707,6 +709,10 @@ class StreamTask:
 
     def punctuate_stream_time(self) -> bool:
         return self._run_punctuations(self.stream_time, wall=False)
+
+    def wall_clock_punctuation_due(self, now_ms: int) -> bool:
+        """Whether a wall-clock punctuation is due at ``now_ms`` (ms)."""
+        return any(getattr(p, "wall", False) and not p.cancelled and p.due <= now_ms for p in self._punctuations)
 
     def punctuate_wall_clock(self) -> bool:
         return self._run_punctuations(self.clock(), wall=True)
