@@ -54,6 +54,12 @@ ALL_TOPICS: tuple[str, ...] = (*INPUT_TOPICS, DLQ_TOPIC)
 #: Partitions of each view output topic.
 VIEW_TOPIC_PARTITIONS = 4
 _KEEP_FOREVER = {"retention.ms": "-1"}
+#: ``producer.linger.ms`` of the speed phase catching up on a backlog: Kafka Streams' own
+#: producer default (100 ms; duet's library default is librdkafka's 5 ms, for latency).
+#: Larger batches halve the broker's CPU on the full year (33 s -> 16 s) and the phase
+#: runs 1.16x faster (115.8 s -> 99.9 s, the same 12,610 late drops); a record waits up
+#: to 100 ms more, which only a live stream would notice (the replay keeps 5 ms)
+BACKLOG_LINGER_MS = 100
 
 
 def resolve_lake(lake: str | Path | None) -> Path:
@@ -227,8 +233,11 @@ def run_speed(
     topology = build_topology()
     # live replay: short polls, and a commit every second: the record caches fold a second
     # of window updates (a hopping window view updates 24 windows per flight), and an exact
-    # sync of the replay (which waits for committed offsets) waits at most that long
-    extra = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
+    # sync of the replay (which waits for committed offsets) waits at most that long.
+    # backlog: the producer lingers as Kafka Streams' own default (see BACKLOG_LINGER_MS)
+    extra: dict[str, Any] | None = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
+    if feed is None and not follow:
+        extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
     streams = KafkaStreams(topology, streams_config(bootstrap, app_id, root, extra))
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog")
     counts = input_record_count(bootstrap)
