@@ -74,13 +74,17 @@ class StandbyUpdater(threading.Thread):
     ``KafkaStreams.start`` when ``num.standby.replicas`` > 0."""
 
     def __init__(self, streams: "KafkaStreams", consumer_config: dict[str, Any],
-                 on_error: Callable[[BaseException], None]) -> None:
+                 on_error: Callable[[BaseException], None], admin: Callable[[], Any],
+                 reset_admin: Callable[[], None]) -> None:
+        """``admin()`` returns the client's admin client (to describe the group);
+        ``reset_admin()`` drops it after a failed request (a new one is made next time)."""
         super().__init__(name=f"{streams.config.application_id}-StandbyUpdater", daemon=True)
         self.streams = streams
         self.config = streams.config
         self.plan = streams.plan
         self.topology = streams.topology
         self._on_error = on_error
+        self._admin, self._reset_admin = admin, reset_admin
         conf = dict(consumer_config)
         conf.update({"enable.auto.commit": False, "enable.partition.eof": False, "auto.offset.reset": "earliest",
                      "group.id": f"{self.config.application_id}-standby-{streams.process_id}"})  # never joins nor commits
@@ -192,9 +196,9 @@ class StandbyUpdater(threading.Thread):
     def _reconcile(self, consumer: Consumer) -> None:
         """Open the standby tasks this instance should keep and close the others."""
         try:
-            members = describe_members(self.streams._admin_client(), self.config.application_id)
+            members = describe_members(self._admin(), self.config.application_id)
         except KafkaException as exc:
-            self.streams._reset_admin()
+            self._reset_admin()
             log.warning("standby updater: cannot describe the group (%s): keeping the current standbys", exc)
             return
         placement = standby_assignment(self.plan, members, self.config.num_standby_replicas)

@@ -31,6 +31,7 @@ before processing them.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 import logging
 from collections import deque
 import threading
@@ -133,13 +134,33 @@ def _held_size(raw: RawRecord) -> int:
     return len(raw.key or b"") + len(raw.value or b"")
 
 
+@dataclass(frozen=True)
+class ThreadHooks:
+    """What a stream thread reports to its client and asks of the instance's standby
+    updater (Kafka's ``StreamThread.StateListener``, the uncaught exception handler, and
+    the standby task hand-over), so the thread holds callables instead of reaching into
+    ``KafkaStreams``."""
+
+    #: after every state change of ``thread``
+    on_state_change: Callable[["StreamThread"], None]
+    #: when ``thread`` dies of ``exc`` (the client's uncaught exception handler)
+    on_error: Callable[["StreamThread", BaseException], None]
+    #: a warm standby of ``task_id`` on this instance hands its stores over (before the task opens them)
+    standby_claim: Callable[[str], None]
+    #: the closed active task ``task_id`` may be kept as a standby again
+    standby_release: Callable[[str], None]
+    #: the group's assignment changed: re-read which standbys this instance keeps
+    standby_refresh: Callable[[], None]
+
+
 class StreamThread(threading.Thread):
     """See the module docstring. States (Kafka's ``StreamThread.State``): CREATED, STARTING,
     PARTITIONS_REVOKED, PARTITIONS_ASSIGNED, RUNNING, PENDING_SHUTDOWN, DEAD."""
 
-    def __init__(self, streams: "KafkaStreams", index: int) -> None:
+    def __init__(self, streams: "KafkaStreams", index: int, hooks: ThreadHooks) -> None:
         super().__init__(name=f"{streams.config.application_id}-StreamThread-{index}", daemon=True)
         self.streams = streams
+        self.hooks = hooks
         self.index = index
         self.config = streams.config
         self.plan = streams.plan
@@ -196,7 +217,7 @@ class StreamThread(threading.Thread):
         if self.thread_state in ("PENDING_SHUTDOWN", "DEAD") and state not in ("DEAD",):
             return
         self.thread_state = state
-        self.streams._on_thread_state_change(self)
+        self.hooks.on_state_change(self)
 
     def _setup_clients(self) -> None:
         s = self.streams
@@ -264,7 +285,7 @@ class StreamThread(threading.Thread):
             except BaseException:  # noqa: BLE001 - already failing: log and go on
                 log.exception("stream thread %s: error while closing after a failure", self.name)
             self._set_state("DEAD")
-            self.streams._on_thread_error(self, exc)
+            self.hooks.on_error(self, exc)
             return
         self._set_state("DEAD")
 
@@ -333,7 +354,7 @@ class StreamThread(threading.Thread):
             self._create_tasks(tps, committed)
             self._last_commit = time.monotonic()
             self._set_state("RUNNING")
-            self.streams._standby_refresh()
+            self.hooks.standby_refresh()
         except BaseException as exc:  # noqa: BLE001 - re-raised from the poll loop
             self._callback_error = exc
 
@@ -446,7 +467,7 @@ class StreamThread(threading.Thread):
         sub_id, partition = (int(x) for x in task_id.split("_"))
         sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
         state = self.streams.state_directory
-        self.streams._standby_claim(task_id)  # a warm standby here hands its stores over first
+        self.hooks.standby_claim(task_id)  # a warm standby here hands its stores over first
         lock = state.lock_task(task_id)
         task: StreamTask | None = None
         try:
@@ -697,7 +718,7 @@ class StreamThread(threading.Thread):
                     self._held_bytes.pop(tp, None)
                     self.committed.pop(tp, None)
                 self._task_locks.pop(tid).release()
-                self.streams._standby_release(tid)
+                self.hooks.standby_release(tid)
 
     # ------------------------------------------------------------------ the loop
     def _run_once(self) -> None:
