@@ -129,6 +129,11 @@ def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
+#: ``RawRecord`` is a NamedTuple: ``_new_raw(RawRecord, fields)`` builds one without the
+#: Python ``__init__`` frame (once per consumed record)
+_new_raw = tuple.__new__
+
+
 def _held_size(raw: RawRecord) -> int:
     """Bytes a held record counts against ``HELD_BYTES_PER_PARTITION``: key and value."""
     return len(raw.key or b"") + len(raw.value or b"")
@@ -819,8 +824,7 @@ class StreamThread(threading.Thread):
                 room = 0 if tp in self._held else limit - len(queue)
                 last_tp = tp
             offset = msg.offset()
-            headers = msg.headers()
-            raw = RawRecord(topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], list(headers) if headers else [])
+            raw = _new_raw(RawRecord, (topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers() or ()))
             if room > 0:
                 queue.append(raw)
                 room -= 1

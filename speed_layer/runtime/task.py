@@ -17,7 +17,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Protocol, TypeVar, NamedTuple
 
 from ..config import StreamsConfig
 from ..errors import InvalidStateStoreException, InvalidTimestampException, StreamsException
@@ -64,9 +64,10 @@ class RecordCollector(Protocol):
     def partitions_for(self, topic: str) -> int: ...
 
 
-@dataclass(slots=True)
-class RawRecord:
-    """A consumed record before deserialization."""
+class RawRecord(NamedTuple):
+    """A consumed record before deserialization (immutable; a named tuple, so the stream
+    thread builds one per consumed record with ``tuple.__new__``, without a Python
+    ``__init__`` frame). ``headers``: the consumer's list, or an empty tuple."""
 
     topic: str
     partition: int
@@ -74,7 +75,7 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp: int
-    headers: Headers = field(default_factory=list)
+    headers: Headers | tuple[()] = ()
 
 
 @dataclass
