@@ -83,7 +83,7 @@ class BatchOptions:
             aggregations read it, see ``fuse_aggregations``).
         fuse_aggregations: the KGroupedStream aggregations of the requested views (and
             cogroups) run in ONE pass per input and ONE shuffle: each input is decoded once,
-            a step shared by several views runs once per record, then one ``applyInPandas``
+            a step shared by several views runs once per record, then one ``applyInArrow``
             calls each view's fold on its groups (``translators._fused``). A stream read only
             by such aggregations is then not persisted.
         key_buckets: keyed ``applyInPandas`` steps (aggregations, shuffled joins, table

@@ -14,18 +14,16 @@ read it back, unpickle and re-pickle it once per view, each view with its own sh
   speed-layer node forwards one object to each child), and a key or value object emitted
   for several views is encoded once (the emitters' ``memo``, by object identity, per input
   record): user functions must not mutate their input in place, as in the speed layer;
-* one shuffle by ``(cid, key bucket, block)``, sorted by Spark within each partition in
-  batch order (:func:`fold_order`), and one ``groupBy(cid, key bucket, block).applyInArrow``
-  calls the view's own fold on its groups (:class:`FusedFold`), each fold exactly the
-  function the unfused plan would call on the same rows, so the results and error counts
-  are the same. The rows reach Python already in batch order (no sort in Python) and
-  leave it as Arrow arrays (no pandas frames on either side).
+* one shuffle by a hash of ``(cid, key bucket, block)``, and one ``applyInArrow`` per
+  group (:class:`FusedFold`) that calls each view's own fold on its rows, each key's rows
+  sorted in batch order, each fold exactly the function the unfused plan would call on
+  the same rows, so the results and error counts are the same. Rows enter and leave
+  Python as Arrow arrays (no pandas frames).
 
 Record tuples, frames and error accounting are those of :mod:`._runtime`.
 """
 from __future__ import annotations
 
-from itertools import groupby
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
@@ -85,7 +83,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[int, tuple[rt.Step,
     root = step_trie(consumers)
     schema = arrow_schema(FUSED_AGG_SCHEMA)
 
-    def walk(node: _TrieNode, recs: list[rt.Rec], out: list[tuple[Any, ...]], errs: rt.Errors, memo: dict[Any, Any]) -> None:
+    def walk(node: _TrieNode, recs: list[rt.Rec], out: list[tuple[Any, ...]], errs: rt.Errors, memo: tuple[rt.Memo, rt.Memo]) -> None:
         for cid, emitter in node.ends:
             for r in recs:
                 prep = emitter.prepare(r, errs, memo)
@@ -111,7 +109,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[int, tuple[rt.Step,
         for batch in batches:
             out: list[tuple[Any, ...]] = []
             for rec in decoder.records(batch.to_pandas(), errs):
-                walk(root, [rec], out, errs, {})
+                walk(root, [rec], out, errs, ({}, {}))
             yield arrow_batch(schema, out)
         rt.flush(errors_acc, errs, wm_acc if decoder.watermark else None, decoder.wm)
 
@@ -124,48 +122,55 @@ def arrow_batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatc
     return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
-#: the columns of :data:`FUSED_AGG_SCHEMA` a fold reads, as ``_Fold.per_key`` gives them
-_FOLD_COLUMNS = ("gk", "ts", "p", "o", "src", "seq", "k", "v")
-
-
-def fold_order(folds: dict[int, Any]) -> list[Any]:
-    """Spark sort columns putting the rows of :data:`FUSED_AGG_SCHEMA` (plus ``mid``, a
-    ``monotonically_increasing_id`` taken right after the ``mapInArrow`` pass) in the order
-    :class:`FusedFold` needs: by group ``(cid, bk, blk)``, then key ``gk``, then batch order
-    ``(ts, table changes first, p, o, src, seq)`` as ``_runtime.ranked_rows`` sorts (a
-    table change is a row whose ``src`` is in its fold's ``table_srcs``), then ``mid``: rows
-    of one source record that share its order key keep the order in which the pass emitted
-    them (a stable sort's order). Binary and string columns compare as Python compares
-    ``bytes`` and ``str`` of ASCII (unsigned bytes, lexicographic)."""
-    from pyspark.sql import functions as F
-
-    table = None
-    for cid, fold in sorted(folds.items()):
-        if fold.table_srcs:
-            cond = (F.col("cid") == cid) & F.col("src").isin(sorted(fold.table_srcs))
-            table = cond if table is None else table | cond
-    rank = [] if table is None else [F.when(table, F.lit(0)).otherwise(F.lit(1))]
-    return [F.col(c) for c in ("cid", "bk", "blk", "gk", "ts")] + rank + [F.col(c) for c in ("p", "o", "src", "seq", "mid")]
+#: the columns of :data:`FUSED_AGG_SCHEMA` a fold reads, as ``_Fold.per_key`` gives them,
+#: then ``mid`` (see :class:`FusedFold`)
+_FOLD_COLUMNS = ("gk", "ts", "p", "o", "src", "seq", "k", "v", "mid")
+_BATCH_ORDER = itemgetter(1, 2, 3, 4, 5, 8)  # ts, p, o, src, seq, mid
 
 
 class FusedFold:
-    """``applyInArrow`` over one group of :data:`FUSED_AGG_SCHEMA` rows (one ``cid``, one key
-    bucket, one block), sorted by :func:`fold_order`: the fold of consumer ``cid``
-    (``folds[cid]``, a ``_runtime._Fold``) over the group's keys in that order, its view rows
-    tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table)."""
+    """``applyInArrow`` over one group of :data:`FUSED_AGG_SCHEMA` rows plus ``mid`` (a
+    ``monotonically_increasing_id`` taken right after the ``mapInArrow`` pass): the rows of
+    one or more ``(cid, block)`` pairs (``ExecContext.sorted_folds`` groups by a hash of
+    ``(cid, key bucket, block)``, so that Spark sorts the groups by one long, a radix sort).
+    Each pair's rows are split by key and each key's rows sorted in batch order ``(ts, table
+    changes first, p, o, src, seq)`` as ``_runtime.ranked_rows`` sorts them (a table change
+    is a row whose ``src`` is in its fold's ``table_srcs``), then by ``mid``: rows of one
+    source record that share its order key keep the order in which the pass emitted them.
+    Then the fold of consumer ``cid`` (``folds[cid]``, a ``_runtime._Fold``) runs over them;
+    its view rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table)."""
 
     def __init__(self, folds: dict[int, Any]) -> None:
         self.folds = folds
         self.schema = arrow_schema(FUSED_VIEW_SCHEMA)
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        cid = table.column("cid")[0].as_py()
-        fold = self.folds[cid]
-        cols = [table.column(c).to_pylist() for c in _FOLD_COLUMNS]
-        errs: rt.Errors = {}
-        rows = fold.fold(groupby(zip(*cols), key=itemgetter(0)), table.column("blk")[0].as_py(), errs)
-        rt.flush(fold.errors_acc, errs)
-        return pa.Table.from_batches([arrow_batch(self.schema, [r + (cid,) for r in rows])])
+        parts: dict[tuple[int, int], dict[bytes, list[tuple[Any, ...]]]] = {}  # (cid, blk) -> key -> rows
+        for cid, blk, row in zip(table.column("cid").to_pylist(), table.column("blk").to_pylist(),
+                                 zip(*[table.column(c).to_pylist() for c in _FOLD_COLUMNS])):
+            by_key = parts.get((cid, blk))
+            if by_key is None:
+                by_key = parts[(cid, blk)] = {}
+            rows_of = by_key.get(row[0])
+            if rows_of is None:
+                rows_of = by_key[row[0]] = []
+            rows_of.append(row)
+        out: list[tuple[Any, ...]] = []
+        for (cid, blk), by_key in parts.items():
+            fold = self.folds[cid]
+            order: Callable[[tuple[Any, ...]], Any] = _BATCH_ORDER
+            if fold.table_srcs:
+                tables = fold.table_srcs
+                order = lambda r: (r[1], 0 if r[4] in tables else 1, r[2], r[3], r[4], r[5], r[8])  # noqa: E731
+            keys = []
+            for gk, rows_of in by_key.items():
+                rows_of.sort(key=order)
+                keys.append((gk, [r[:8] for r in rows_of]))  # without mid: the rows of _Fold.per_key
+            errs: rt.Errors = {}
+            rows = fold.fold(keys, blk, errs)
+            rt.flush(fold.errors_acc, errs)
+            out.extend(r + (cid,) for r in rows)
+        return pa.Table.from_batches([arrow_batch(self.schema, out)])
 
 
 def arrow_group_fn(obj: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:

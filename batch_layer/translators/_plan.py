@@ -119,7 +119,7 @@ class PendingFold:
     ``AggPrepEmitter``) into ``fold`` (a ``_runtime._Fold``), grouped by key bucket (and by
     block of window starts when ``blocks``). :meth:`ExecContext.views` plans the folds of the
     requested views together (``_fused``) or, alone, as one ``mapInPandas`` and one
-    ``applyInPandas``."""
+    ``applyInArrow`` (:meth:`ExecContext.sorted_folds`)."""
 
     pipe: StreamPipe
     emitter: Any
@@ -339,17 +339,18 @@ class ExecContext:
 
     def sorted_folds(self, prep: "DataFrame", folds: dict[int, Any]) -> "DataFrame":
         """The view rows (:data:`_fused.FUSED_VIEW_SCHEMA`) of ``prep``'s rows
-        (:data:`_fused.FUSED_AGG_SCHEMA`) folded by ``folds[cid]``: one shuffle by ``(cid, key
-        bucket, block)``, sorted by Spark in batch order within each partition
-        (``_fused.fold_order``), then one ``applyInArrow`` call per group
-        (``_fused.FusedFold``), which reads each key's rows in that order."""
+        (:data:`_fused.FUSED_AGG_SCHEMA`) folded by ``folds[cid]``: one shuffle and one
+        ``applyInArrow`` call (``_fused.FusedFold``) per group, a group being a 64-bit hash
+        ``grp`` of ``(cid, key bucket, block)``: Spark sorts the rows by that one long (a
+        radix sort) and the fold sorts each key's rows in batch order. ``mid`` numbers the
+        rows in the order the pass emitted them (the tie-break of equal order keys)."""
         from pyspark.sql import functions as F
 
         from . import _fused as fu
 
-        prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("bk", self.bucket("gk"))
-        grouped = prep.repartition("cid", "bk", "blk").sortWithinPartitions(*fu.fold_order(folds))
-        return grouped.groupBy("cid", "bk", "blk").applyInArrow(fu.arrow_group_fn(fu.FusedFold(folds)), fu.FUSED_VIEW_SCHEMA)
+        grp = F.xxhash64(F.col("cid"), self.bucket("gk"), F.col("blk")).alias("grp")
+        prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("grp", grp)
+        return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fu.FusedFold(folds)), fu.FUSED_VIEW_SCHEMA)
 
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""

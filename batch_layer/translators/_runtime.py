@@ -445,20 +445,20 @@ class AggPrepEmitter:
     def start(self) -> list[list[Any]]:
         return [[] for _ in range(9)]
 
-    def prepare(self, r: Rec, errs: Errors, memo: dict[tuple[int, int], tuple[Any, bytes]] | None = None
+    def prepare(self, r: Rec, errs: Errors, memo: "tuple[Memo, Memo] | None" = None
                 ) -> tuple[bytes, Iterable[int], bytes, bytes] | None:
         """``(gk, blocks, key bytes, value bytes)`` of record ``r``, or None when it is dropped
         (a null key, a null value unless kept, or an encoding error, added to ``errs``).
-        ``memo`` (the fused pass, one per input record): encodings of key and value objects
-        already encoded for another view of the same record, by object identity (the pair
-        keeps the object alive)."""
+        ``memo`` (the fused pass, one pair per input record): encodings of key and of value
+        objects already encoded for another view of the same record, by object identity
+        (:data:`Memo`)."""
         if r[0] is None or (r[1] is None and not self.keep_null_values):
             return None
         try:
             if memo is None:
                 kb, vb = encode_key(r[0]), dumps(r[1])
             else:
-                kb, vb = _memo(memo, 0, encode_key, r[0]), _memo(memo, 1, dumps, r[1])
+                kb, vb = _memo(memo[0], encode_key, r[0]), _memo(memo[1], dumps, r[1])
             gk = kb if self.store_key_serde is None else self.store_key_serde.serialize(r[0])
         except Exception:  # noqa: BLE001
             add_error(errs, self.node, rid(r))
@@ -482,12 +482,16 @@ class AggPrepEmitter:
         return typed_frame((("gk", object), ("blk", "int64")) + RECORD_COLUMNS, buf)
 
 
-def _memo(memo: dict[tuple[int, int], tuple[Any, bytes]], kind: int, fn: Callable[[Any], bytes], obj: Any) -> bytes:
-    hit = memo.get((kind, id(obj)))
+#: ``id(object) -> (object, its encoding)``: holding the object keeps its id unique
+Memo = dict
+
+
+def _memo(memo: Memo, fn: Callable[[Any], bytes], obj: Any) -> bytes:
+    hit = memo.get(id(obj))
     if hit is not None and hit[0] is obj:
         return hit[1]
     out = fn(obj)
-    memo[(kind, id(obj))] = (obj, out)
+    memo[id(obj)] = (obj, out)
     return out
 
 

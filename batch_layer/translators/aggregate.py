@@ -5,20 +5,20 @@ sees every record).
 
 * Time windows: each record is routed to the block(s) of window starts it contributes to
   (blocks of ``window_block_ms``, a multiple of the advance and at least the window size, so
-  a record lands in at most two blocks); ``groupBy(key bytes, block).applyInPandas`` folds
+  a record lands in at most two blocks); ``groupBy(key bucket, block).applyInArrow`` folds
   every window of the block in record order with ``TimeWindows.windows_for``'s arithmetic
   (keys are hashed into ``BatchOptions.key_buckets`` buckets: one call folds many keys).
   A record is not copied once per window (24x for a 24 h / 1 h hopping window), only once
   per block.
-* Sessions: ``groupBy(bucket of key bytes).applyInPandas`` replays, per key, ``SessionWindowAggregateProcessor``
+* Sessions: ``groupBy(bucket of key bytes).applyInArrow`` replays, per key, ``SessionWindowAggregateProcessor``
   in timestamp order: records closer than or equal to the gap merge; a session is
   ``[first ts, last ts]``. The speed layer aggregates a merged session in ARRIVAL order
   (``merger(init, old)`` then the aggregator) which differs from timestamp order when
   records arrive out of order; for commutative aggregations (the flagship's) the results
   are equal, for order-sensitive ones the batch result is the in-order one.
-* Plain: ``groupBy(bucket of key bytes).applyInPandas``, one fold per key.
+* Plain: ``groupBy(bucket of key bytes).applyInArrow``, one fold per key.
 
-* Sliding windows (KIP-450): ``groupBy(bucket of key bytes).applyInPandas`` replays, per
+* Sliding windows (KIP-450): ``groupBy(bucket of key bytes).applyInArrow`` replays, per
   key, the speed layer's ``SlidingWindowAggregateProcessor`` over an in-memory window store
   (``_sliding_runtime``).
 

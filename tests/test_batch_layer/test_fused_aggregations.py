@@ -1,6 +1,6 @@
 """Fused aggregations (``batch_layer.translators._fused``) against the unfused plan, without
 Spark: the same records through one fused pass (a trie of the views' step chains, one
-``FusedFold`` over rows sorted as Spark sorts them) and through one ``chain_function`` and
+``FusedFold`` over rows as Spark groups them) and through one ``chain_function`` and
 fold per view must give the same view rows and the same dead letters; a step shared by
 several views runs once per record.
 About 0.5 s."""
@@ -89,12 +89,13 @@ def _grouped(prep: pd.DataFrame, fn: Any, by: list[str]) -> list[tuple[Any, ...]
 
 def _spark_grouped(prep: pd.DataFrame, fold: fu.FusedFold) -> list[tuple[Any, ...]]:
     """``fold`` called as ``ExecContext.sorted_folds`` calls it: rows numbered in emission
-    order (``mid``), sorted by ``_fused.fold_order`` (no table topics here, so no rank), one
-    Arrow table per ``(cid, key, block)`` group."""
+    order (``mid``), shuffled (a group's rows come in no particular order), one Arrow table
+    per block holding every view's rows of that block (several ``(cid, key)`` per group, as
+    when hashes collide)."""
     if prep.empty:
         return []
-    prep = prep.assign(mid=range(len(prep))).sort_values(["cid", "gk", "blk", "ts", "p", "o", "src", "seq", "mid"], kind="stable")
-    out = [fold(pa.Table.from_pandas(g, preserve_index=False)) for _, g in prep.groupby(["cid", "gk", "blk"], sort=False)]
+    prep = prep.assign(mid=range(len(prep))).sample(frac=1, random_state=3)
+    out = [fold(pa.Table.from_pandas(g, preserve_index=False)) for _, g in prep.groupby("blk", sort=False)]
     return sorted((tuple(r.values()) for t in out for r in t.to_pylist()), key=repr)
 
 
