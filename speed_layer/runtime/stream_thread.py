@@ -31,9 +31,9 @@ before processing them.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 import logging
 from collections import deque
+from dataclasses import dataclass
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
