@@ -632,7 +632,7 @@ class AsOfJoinGroup(_JoinLogic):
         return _stream_frame(out)
 
 
-class _Fold:
+class _Fold(ABC):
     """Base of the aggregation folds: one ``applyInPandas`` call gets a bucket of keys
     (:data:`AGG_SCHEMA`), folded key by key in batch order.
 
@@ -651,12 +651,12 @@ class _Fold:
         """``(gk, rows)`` with rows ``(gk, ts, p, o, src, seq, k, v)`` in batch order."""
         return groupby(ranked_rows(pdf, "gk", ["k", "v"], self.table_srcs), key=itemgetter(0))
 
+    @abstractmethod
     def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         """The view rows ``(key, window_start, window_end, value JSON, timestamp)`` of
         ``keys``: ``(gk, rows)`` pairs as :meth:`per_key` gives them (each key's rows
         ``(gk, ts, p, o, src, seq, k, v)`` in batch order), all of block ``blk`` of window
         starts (0 without blocks); the records and values that fail are added to ``errs``."""
-        raise NotImplementedError
 
     def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
         errs: Errors = {}

@@ -22,7 +22,7 @@ node's records, then the aggregation's store.
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -30,7 +30,7 @@ from speed_layer.processor.api import Change
 from speed_layer.state.keys import decode_key, encode_key
 
 from ._runtime import (
-    Errors, TableToStreamGroup, _Fold, _stream_frame, _view_frame, add_error, dumps, flush, key_text,
+    Errors, TableToStreamGroup, _Fold, _stream_frame, add_error, dumps, flush, key_text,
 )
 
 
@@ -103,10 +103,11 @@ class TableAggFold(_Fold):
             new_agg = intermediate
         return None if new_agg is None else (new_agg, out_ts)
 
-    def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        errs: Errors = {}
-        rows = []
-        for _gk, recs in self.per_key(pdf):
+    def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
+        """The view rows ``(key, None, None, value JSON, timestamp)`` of ``keys`` (the
+        base's :meth:`_runtime._Fold.fold`; ``blk`` is always 0: a table has no windows)."""
+        rows: list[tuple[Any, ...]] = []
+        for _gk, recs in keys:
             state: tuple[Any, int] | None = None
             key: Any = None
             last = (-1, -1, -1)
@@ -121,5 +122,4 @@ class TableAggFold(_Fold):
                 text = self.to_json(state[0], errs, last)
                 if text is not None:
                     rows.append((key_text(key), None, None, text, state[1]))
-        flush(self.errors_acc, errs)
-        return _view_frame(rows)
+        return rows
