@@ -16,6 +16,7 @@ records without logging them again.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, insort
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
@@ -587,8 +588,9 @@ class SessionStore(_StoreBase):
         self.observed_stream_time = -1
         #: composite key -> (session, aggregate or None for a removal), in update order
         self.cache: OrderedDict[bytes, tuple[Windowed[Any], Any]] | None = OrderedDict() if caching else None
-        #: serialized key -> its composite keys in the cache (lookups of one key's sessions)
-        self._cached_by_key: dict[bytes, set[bytes]] = {}
+        #: serialized key -> its composite keys in the cache, sorted (by end, then start:
+        #: a lookup of one key's sessions bisects to the earliest end it wants)
+        self._cached_by_key: dict[bytes, list[bytes]] = {}
         self.cache_max_entries = cache_max_entries
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
 
@@ -608,9 +610,10 @@ class SessionStore(_StoreBase):
         kb = self.key_serde.serialize(session.key) or b""
         ck = self._ck(kb, session.window.start, session.window.end)
         if self.cache is not None:
+            if ck not in self.cache:
+                insort(self._cached_by_key.setdefault(kb, []), ck)
             self.cache[ck] = (session, aggregate)
             self.cache.move_to_end(ck)
-            self._cached_by_key.setdefault(kb, set()).add(ck)
             if len(self.cache) > self.cache_max_entries:
                 self._evict()
             return
@@ -626,7 +629,7 @@ class SessionStore(_StoreBase):
         ck, (session, aggregate) = self.cache.popitem(last=False)
         kb = ck[:-16]
         cks = self._cached_by_key[kb]
-        cks.discard(ck)
+        del cks[bisect_left(cks, ck)]
         if not cks:
             del self._cached_by_key[kb]
         # the old value is read only to skip the removal of an absent session, or when the
@@ -644,12 +647,18 @@ class SessionStore(_StoreBase):
             self.flush_listener(session, new, old)
 
 
-    def _cached(self, kb: bytes | None) -> list[tuple[bytes, Windowed[Any], Any]]:
+    def _cached(self, kb: bytes | None, lo_end: int = 0) -> list[tuple[bytes, Windowed[Any], Any]]:
+        """``(composite key, session, aggregate or None)`` of the cached sessions of ``kb``
+        (None: of every key) whose end is ``>= lo_end`` (ms), by end then start."""
         if not self.cache:
             return []
+        cache = self.cache
         if kb is None:
-            return [(ck, sess, agg) for ck, (sess, agg) in self.cache.items()]
-        return [(ck, *self.cache[ck]) for ck in self._cached_by_key.get(kb, ())]
+            return [(ck, sess, agg) for ck, (sess, agg) in cache.items() if sess.window.end >= lo_end]
+        cks = self._cached_by_key.get(kb)
+        if not cks:
+            return []
+        return [(ck, *cache[ck]) for ck in cks[bisect_left(cks, kb + _QQ.pack(max(lo_end, 0), 0)):]]
 
     # -- reads
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
@@ -664,8 +673,8 @@ class SessionStore(_StoreBase):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
             if start <= latest_session_start:
                 rows[ck] = (Windowed(key, Window(start, end)), self.value_serde.deserialize(vb))
-        for ck, sess, agg in self._cached(kb):
-            if sess.window.end >= lo_end and sess.window.start <= latest_session_start:
+        for ck, sess, agg in self._cached(kb, lo_end):
+            if sess.window.start <= latest_session_start:
                 rows[ck] = (sess, agg)
         return [rows[ck] for ck in sorted(rows) if rows[ck][1] is not None]
 

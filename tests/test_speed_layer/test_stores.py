@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speed_layer import Processor, Record, Serdes, Stores, Topology, VersionedRecord, Window, Windowed
 from speed_layer.graph.nodes import StoreSpec
@@ -180,3 +182,35 @@ def test_prefix_scan_reads_the_keys_with_the_prefix(backend: Callable[[StoreSpec
     assert [k for k, _ in kv.prefix_scan(b"\xff")] == [b"\xff", b"\xff\xff1", b"\xff\xff2"]
     assert list(kv.prefix_scan("z")) == []
     kv.close()
+
+
+_SESSION_OPS = st.lists(
+    st.tuples(st.sampled_from(["put", "remove", "find", "flush"]), st.sampled_from(["a", "ab", "b"]),
+              st.integers(0, 40), st.integers(0, 15), st.integers(0, 9)),
+    max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_SESSION_OPS)
+def test_cached_session_store_finds_what_an_uncached_store_finds(ops: list[tuple[str, str, int, int, int]]) -> None:
+    """A caching session store with a 3-entry cache (evicting on puts) answers every
+    ``find_sessions`` as the same store without a cache: the cached sessions of a key are
+    looked up from the earliest end asked for, merged with the bytes store's."""
+    cached = build_store(Stores.with_caching_enabled(Stores.session_store("c", retention_ms=1_000)), None, None)
+    cached.cache_max_entries = 3
+    plain = build_store(Stores.session_store("p", retention_ms=1_000), None, None)
+    for op, key, start, length, value in ops:
+        session = Windowed(key, Window(start, start + length))
+        if op == "put":
+            cached.put(session, value)
+            plain.put(session, value)
+        elif op == "remove":
+            cached.remove(session)
+            plain.remove(session)
+        elif op == "flush":
+            cached.flush()
+        else:
+            lo, hi = start, start + length
+            assert cached.find_sessions(key, lo, hi) == plain.find_sessions(key, lo, hi)
+        assert cached.fetch(key) == plain.fetch(key)
+    assert cached.all() == plain.all()
