@@ -404,50 +404,59 @@ class WindowStore(_StoreBase):
         else:
             self._write(self._composite(kb, window_start), self._encode_value(vt), timestamp)
 
-    def put_windows(self, key: Any, updates: list[tuple[int, Any, int]]) -> None:
-        """``put(key, value, start, timestamp)`` for each ``(start, value, timestamp)`` of
-        ``updates``, in order (the windows of one record of a hopping window aggregation:
-        the same cache evictions as the single puts, without a call per window)."""
+    def fold_windows(self, key: Any, starts: list[int], timestamp: int, value: Any,
+                     initializer: Callable[[], Any] | None, aggregator: Callable[[Any, Any, Any], Any]) -> None:
+        """Aggregate one record into each window of ``starts`` (ms), in order: for each, read
+        the window's aggregate (cache, then bytes store), put ``aggregator(key, value, old)``
+        stamped with the larger of ``timestamp`` and the old timestamp; a window with no
+        aggregate starts from ``initializer()``, or from ``value`` itself when
+        ``initializer`` is None (reduce). The read, put and cache eviction of each window
+        are those of ``fetch_one_with_timestamp`` then ``put`` (Kafka's
+        KStreamWindowAggregate loop), in one call for the 24 windows a record of a 24 h
+        hopping window advancing by 1 h updates. Windows aggregated before the aggregator
+        raised are put; the exception propagates."""
         if self.cache is None or self.retain_duplicates or not _hashable(key):
-            for start, value, timestamp in updates:
-                self.put(key, value, start, timestamp)
+            for start in starts:
+                old = self.fetch_one_with_timestamp(key, start)
+                if old is None:
+                    self.put(key, value if initializer is None else aggregator(key, value, initializer()), start, timestamp)
+                else:
+                    self.put(key, aggregator(key, value, old.value), start, max(timestamp, old.timestamp))
             return
         entries = self.cache.entries
-        max_entries = self.cache.max_entries
+        get = entries.get
         move = entries.move_to_end
-        for start, value, timestamp in updates:
-            if start > self.observed_stream_time:
-                self.observed_stream_time = start
+        max_entries = self.cache.max_entries
+        kb: bytes | None = None
+        observed = self.observed_stream_time
+        for start in starts:
+            # fetch_one_with_timestamp: an expired window reads as absent
+            if observed >= 0 and start <= observed - self.retention_ms:
+                old = None
+            else:
+                ck = (key, start)
+                hit = get(ck)
+                if hit is not None:
+                    old = hit[1]
+                    if old is not None and old.value is None:
+                        old = None
+                else:
+                    if kb is None:
+                        kb = self._key_bytes(key)
+                    old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
+            if old is None:
+                vt = _vt(_VT, (value if initializer is None else aggregator(key, value, initializer()), timestamp))
+            else:
+                old_ts = old.timestamp
+                vt = _vt(_VT, (aggregator(key, value, old.value), timestamp if timestamp > old_ts else old_ts))
+            # put: cached, even when expired (the bytes store drops it at the flush)
+            if start > observed:
+                observed = self.observed_stream_time = start
             ck = (key, start)
-            entries[ck] = (ck, _vt(_VT, (value, timestamp)))
+            entries[ck] = (ck, vt)
             move(ck)
             if len(entries) > max_entries:
                 self._evict()
-
-    def fetch_windows_with_timestamps(self, key: Any, starts: list[int]) -> list[ValueAndTimestamp | None]:
-        """:meth:`fetch_one_with_timestamp` of each window start (ms) of ``starts``: the
-        cache is looked up by ``(key, start)`` and the bytes store read on misses only, the
-        key serialized once."""
-        if self.cache is None or not _hashable(key):
-            return [self.fetch_one_with_timestamp(key, start) for start in starts]
-        entries = self.cache.entries
-        kb: bytes | None = None
-        out: list[ValueAndTimestamp | None] = []
-        # _expired(start), with the bound computed once
-        expired_to = self.observed_stream_time - self.retention_ms if self.observed_stream_time >= 0 else -(2**63)
-        for start in starts:
-            if start <= expired_to:
-                out.append(None)
-                continue
-            hit = entries.get((key, start))
-            if hit is not None:
-                vt = hit[1]
-                out.append(None if vt is None or vt.value is None else vt)
-                continue
-            if kb is None:
-                kb = self._key_bytes(key)
-            out.append(self._decode_value(self.backend.get(kb + _Q.pack(start))))
-        return out
 
     def _key_bytes(self, key: Any) -> bytes:
         """The serialized ``key``; text keys memoized (a window store flushes and reads

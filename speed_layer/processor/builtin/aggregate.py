@@ -248,11 +248,9 @@ class TimeWindowAggregateProcessor(_EmitWindowRangeOnClose):
 
     def _process_batched(self, record: Record[Any, Any], ts: int, close_time: int, size: int) -> None:
         """The windows of one record when nothing is forwarded per update (a caching store,
-        or ON_WINDOW_CLOSE): every window's old value read in one store call, the new
-        aggregates put in another (a hopping window of 24 h advancing by 1 h updates 24
-        windows per record). Same store reads, puts and cache evictions, in the same
-        order, as the per-window loop; windows aggregated before an aggregator raised are
-        still put, as there."""
+        or ON_WINDOW_CLOSE): the late windows dropped, the others aggregated in one store
+        call (a hopping window of 24 h advancing by 1 h updates 24 windows per record), with
+        the reads, puts and cache evictions of the per-window loop, in its order."""
         key = record.key
         live: list[int] = []
         for start in self.windows.window_starts(ts):
@@ -260,18 +258,7 @@ class TimeWindowAggregateProcessor(_EmitWindowRangeOnClose):
                 self.dropped("late: window closed", record, window=(self.op.store, key, start))
             else:
                 live.append(start)
-        olds = self.store.fetch_windows_with_timestamps(key, live)
-        initializer, aggregator, value = self.initializer, self.aggregator, record.value
-        updates: list[tuple[int, Any, int]] = []
-        try:
-            for start, old_vt in zip(live, olds):
-                if old_vt is None:
-                    updates.append((start, value if initializer is None else aggregator(key, value, initializer()), ts))
-                else:
-                    old_ts = old_vt.timestamp
-                    updates.append((start, aggregator(key, value, old_vt.value), ts if ts > old_ts else old_ts))
-        finally:
-            self.store.put_windows(key, updates)
+        self.store.fold_windows(key, live, ts, record.value, self.initializer, self.aggregator)
         self._maybe_forward_final(record, close_time)
 
 
