@@ -67,8 +67,11 @@ class KafkaRecordCollector:
     """Implements the task's ``RecordCollector`` over a confluent-kafka ``Producer``.
 
     ``send(topic, key, value, timestamp_ms, headers, partition)``: ``partition`` None means
-    murmur2 of ``key`` (null key: round-robin). Delivery reports update
-    :attr:`acked_offsets` (``{(topic, partition): offset + 1}``) and record the first error.
+    murmur2 of ``key`` (null key: round-robin). Delivery reports record the first error;
+    those of the topics registered with :meth:`report_offsets` (changelogs) and of tracked
+    partitions also update :attr:`acked_offsets` (``{(topic, partition): offset + 1}``).
+    The sends to other topics (output topics, dead letters) get a callback that looks at
+    the error only: a third of a stream thread's sends, each report one call cheaper.
     """
 
     def __init__(self, producer: Producer, counts: PartitionCounts, *, transactional: bool = False) -> None:
@@ -85,6 +88,9 @@ class KafkaRecordCollector:
         #: repartition partitions it owns): timestamps (ms) of unacknowledged sends and
         #: ``(offset, timestamp)`` of acknowledged ones
         self.tracked: set[tuple[str, int]] = set()
+        #: topics whose delivery reports update ``acked_offsets`` (changelogs, and the
+        #: topics of tracked partitions)
+        self.offset_topics: set[str] = set()
         self._unacked: dict[tuple[str, int], deque[int]] = {}
         self._acked: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self._error: KafkaError | None = None
@@ -94,8 +100,14 @@ class KafkaRecordCollector:
         #: bound once (the hot path: one produce per record)
         self._produce = producer.produce
         self._report = self._on_delivery
+        self._report_error = self._on_error
 
     # -- delivery reports
+    def _on_error(self, err: KafkaError | None, msg: Any) -> None:
+        """The delivery report of a topic whose offsets nothing reads: the error only."""
+        if err is not None and self._error is None:
+            self._error, self._error_topic = err, msg.topic()
+
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         tp = (msg.topic(), msg.partition())
         unacked = self._unacked.get(tp) if self._unacked else None
@@ -124,6 +136,12 @@ class KafkaRecordCollector:
 
     def track(self, tp: tuple[str, int]) -> None:
         self.tracked.add(tp)
+        self.offset_topics.add(tp[0])
+
+    def report_offsets(self, topic: str) -> None:
+        """Record the acknowledged offsets of ``topic`` in :attr:`acked_offsets` (a
+        changelog: checkpoints write them)."""
+        self.offset_topics.add(topic)
 
     def untrack(self, tp: tuple[str, int]) -> None:
         self.tracked.discard(tp)
@@ -171,12 +189,13 @@ class KafkaRecordCollector:
         # on_delivery, timestamp, headers): parsing keywords cost a third of the call
         hdrs = [(k, v) for k, v in headers] if headers else None
         ts = timestamp if timestamp >= 0 else 0  # 0: librdkafka stamps the current time
+        report = self._report if topic in self.offset_topics else self._report_error
         while True:
             try:
                 if hdrs is None:
-                    produce(topic, value, key, partition, self._report, None, ts)
+                    produce(topic, value, key, partition, report, None, ts)
                 else:
-                    produce(topic, value, key, partition, self._report, None, ts, hdrs)
+                    produce(topic, value, key, partition, report, None, ts, hdrs)
                 break
             except BufferError:
                 # local queue full: serve delivery reports and retry (Kafka blocks in send)

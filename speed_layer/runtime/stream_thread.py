@@ -520,6 +520,7 @@ class StreamThread(threading.Thread):
                 lo, hi = watermarks[tp]
                 start = ckpt[tp] if store.persistent and tp in ckpt else lo
                 if kind == "changelog":
+                    self.collector.report_offsets(tp[0])  # checkpoints write its acked offsets
                     end = hi
                     apply = (lambda st: lambda k, v, ts, h: st.restore(k, v))(store)
                 else:
