@@ -32,6 +32,7 @@ _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _I = struct.Struct(">I")
 _MAX = 2**63 - 1
+_MIN = -(2**63)
 #: the largest timestamp (ms): Java's ``Long.MAX_VALUE``
 MAX_TIMESTAMP = _MAX
 
@@ -427,18 +428,20 @@ class WindowStore(_StoreBase):
         get = entries.get
         move = entries.move_to_end
         max_entries = self.cache.max_entries
+        retention = self.retention_ms
         kb: bytes | None = None
         observed = self.observed_stream_time
+        expired_to = observed - retention if observed >= 0 else _MIN
         for start in starts:
+            ck = (key, start)
             # fetch_one_with_timestamp: an expired window reads as absent
-            if observed >= 0 and start <= observed - self.retention_ms:
+            if start <= expired_to:
                 old = None
             else:
-                ck = (key, start)
                 hit = get(ck)
                 if hit is not None:
                     old = hit[1]
-                    if old is not None and old.value is None:
+                    if old is not None and old[0] is None:
                         old = None
                 else:
                     if kb is None:
@@ -447,12 +450,12 @@ class WindowStore(_StoreBase):
             if old is None:
                 vt = _vt(_VT, (value if initializer is None else aggregator(key, value, initializer()), timestamp))
             else:
-                old_ts = old.timestamp
-                vt = _vt(_VT, (aggregator(key, value, old.value), timestamp if timestamp > old_ts else old_ts))
+                old_ts = old[1]
+                vt = _vt(_VT, (aggregator(key, value, old[0]), timestamp if timestamp > old_ts else old_ts))
             # put: cached, even when expired (the bytes store drops it at the flush)
             if start > observed:
                 observed = self.observed_stream_time = start
-            ck = (key, start)
+                expired_to = observed - retention
             entries[ck] = (ck, vt)
             move(ck)
             if len(entries) > max_entries:
