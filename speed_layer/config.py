@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from .errors import ConfigException
 from .serde import Serde, Serdes
@@ -71,7 +71,21 @@ class StreamsConfig(BaseModel):
     emit_interval_ms_kstreams_windowed_aggregation: int | None = Field(
         None, alias=EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, ge=0
     )
+    #: duet's own key (Kafka's launch scripts tune the JVM's collector instead): CPython's
+    #: ``gc.set_threshold`` while the client runs (``speed_layer.runtime.gc_tuning``);
+    #: three positive ints, as a tuple, list or ``"10000,10,100"``; None or ``"none"``
+    #: leaves the interpreter's thresholds alone
+    python_gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        (10_000, 10, 100), alias="python.gc.thresholds"
+    )
     client_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("python_gc_thresholds", mode="before")
+    @classmethod
+    def _parse_thresholds(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return None if v.strip().lower() in ("", "none") else [x.strip() for x in v.split(",")]
+        return v
 
     @classmethod
     def of(cls, config: "StreamsConfig | dict[str, Any] | None") -> "StreamsConfig":

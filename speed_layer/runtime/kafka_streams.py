@@ -40,6 +40,7 @@ from ..errors import ConfigException, InvalidStateStoreException, StreamsExcepti
 from ..graph.ops import SinkOp
 from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView, ReadOnlyWindowView, store_view
 from ..topology import Topology
+from . import gc_tuning
 from .admin import TopicError, admin_client, ensure_topics
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
@@ -112,6 +113,8 @@ class KafkaStreams:
         self._threads: list[StreamThread] = []
         self._dead_metrics: list[Any] = []
         self._state = "CREATED"
+        #: whether this client raised the collector's thresholds (``python.gc.thresholds``)
+        self._gc_tuned = False
         self._lock = threading.RLock()
         self._handler: Callable[[BaseException], str] | None = None
         self._state_listener: Callable[[str, str], None] | None = None
@@ -285,6 +288,7 @@ class KafkaStreams:
     def _start(self) -> None:
         cfg = self.config
         self.state_directory.lock()
+        self._gc_tuned = gc_tuning.acquire(cfg.python_gc_thresholds)
         self.process_id = self.state_directory.process_id()
         self._started_at = time.monotonic()
         admin = admin_client(cfg.bootstrap_servers, self.client_overrides("admin."))
@@ -374,6 +378,9 @@ class KafkaStreams:
             except Exception:  # noqa: BLE001 - closing anyway
                 log.exception("closing the global state failed")
         self.state_directory.unlock()
+        if self._gc_tuned:
+            self._gc_tuned = False
+            gc_tuning.release()
         self._set_state(final)
         return ok
 
