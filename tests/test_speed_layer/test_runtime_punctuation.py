@@ -41,11 +41,15 @@ def test_wall_clock_punctuation_fires_in_the_running_thread(runtime_kit: Any) ->
     while True:
         out = [(m.key().decode(), int(m.value())) for m in kit.read(t["out"])]
         walls = [ts for k, ts in out if k == "wall"]
-        if len(walls) >= 2 or time.monotonic() > deadline:
+        if len(walls) >= 3 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert len(walls) >= 2, out
+    assert len(walls) >= 3, out
     assert all(ts >= before for ts in walls)  # system-clock times, not record times
-    assert walls == sorted(walls) and walls[1] - walls[0] >= 200
+    # Kafka's PunctuationSchedule#next: due times stay on the 200 ms grid of the schedule,
+    # and a late firing (a busy or polling thread) does not move it, so two consecutive
+    # firings may be closer than 200 ms; three span at least two grid steps, minus the
+    # first one's lateness (well under 200 ms)
+    assert walls == sorted(set(walls)) and walls[2] - walls[0] > 200
     assert [ts for k, ts in out if k == "stream"] == [5, 27]  # due 0 at the first record, then 10 -> fires at 27
     assert streams.close(30)
