@@ -15,6 +15,10 @@ two-core machine their sum per flight bounds what one process can reach.
     .venv/bin/python bench/bench_flights_speed.py --flights 50000 --rounds 2
     git worktree add /tmp/before <commit>
     .venv/bin/python bench/bench_flights_speed.py --baseline-tree /tmp/before --rounds 2
+
+``--python`` / ``--baseline-python``: the interpreter of each side (default: this one), e.g.
+an older venv built on another CPython (the setup the baseline commit made) against
+``make setup``'s venv.
 """
 from __future__ import annotations
 
@@ -69,10 +73,10 @@ def _proc_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _run(tree: str, bootstrap: str, broker_pid: int | None) -> dict[str, Any]:
+def _run(tree: str, python: str, bootstrap: str, broker_pid: int | None) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     b0 = _proc_cpu_s(broker_pid)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", "--bootstrap", bootstrap],
+    proc = subprocess.run([python, os.path.abspath(__file__), "--worker", "--bootstrap", bootstrap],
                           capture_output=True, text=True, env=env, cwd=os.path.abspath(tree), timeout=7200)
     b1 = _proc_cpu_s(broker_pid)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -88,6 +92,8 @@ def main() -> None:
     ap.add_argument("--flights", type=int, default=None, help="first N flights (default: the full year)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--baseline-tree", default=None, help="checkout of an older commit, run interleaved as 'before'")
+    ap.add_argument("--python", default=sys.executable, help="interpreter of 'after' (default: this one)")
+    ap.add_argument("--baseline-python", default=None, help="interpreter of 'before' (default: --python)")
     ap.add_argument("--bootstrap", default=None, help="an external broker (default: an embedded one)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -109,11 +115,15 @@ def main() -> None:
         loaded = load_data(bootstrap, a.flights)
         n_flights = loaded["flights"]
         print(f"loaded {loaded}; load average {os.getloadavg()[0]:.1f}", flush=True)
-        trees = {"after": "."} | ({"before": a.baseline_tree} if a.baseline_tree else {})
+        trees = {"after": (".", a.python)}
+        if a.baseline_tree or a.baseline_python:
+            trees["before"] = (a.baseline_tree or ".", a.baseline_python or a.python)
+        for name, (tree, python) in trees.items():
+            print(f"{name}: {os.path.abspath(tree)} on {python}", flush=True)
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for rnd in range(a.rounds):
-            for name, tree in trees.items():
-                r = _run(tree, bootstrap, broker.pid if broker else None)
+            for name, (tree, python) in trees.items():
+                r = _run(tree, python, bootstrap, broker.pid if broker else None)
                 r["flights_per_s"] = n_flights / r["seconds"]
                 results[name].append(r)
                 broker_cpu = "" if r["broker_cpu_s"] is None else f", broker CPU {r['broker_cpu_s']:.1f} s"
