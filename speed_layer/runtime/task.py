@@ -16,6 +16,7 @@ import logging
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar, NamedTuple
 
@@ -357,7 +358,7 @@ class StreamTask:
             logger = None
             if spec.logging and changelog_sender is not None:
                 topic = spec.changelog_topic(self.app_id)
-                logger = (lambda topic: lambda k, v, ts: changelog_sender(topic, k, v, ts))(topic)
+                logger = partial(changelog_sender, topic)  # logger(k, v, ts), without a Python frame
             self.stores[s] = build_store(spec, state_dir, logger, config.statestore_cache_max_entries)
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
         #: source topic -> :meth:`_source`, filled on first use
