@@ -219,7 +219,9 @@ class BatchPlan:
         try:
             for name in self.nodes:
                 node = self.topology.nodes[name]
+                ctx.current = name
                 ctx.outputs[name] = TRANSLATORS[type(node.op)].build(node, ctx)
+            ctx.current = None
             frames = ctx.views(self.views)
         except BaseException:
             ctx.release()

@@ -24,10 +24,12 @@ Record tuples, frames and error accounting are those of :mod:`._runtime`.
 """
 from __future__ import annotations
 
+from itertools import groupby
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import _runtime as rt
 
@@ -44,22 +46,22 @@ class _TrieNode:
     __slots__ = ("ends", "children")
 
     def __init__(self) -> None:
-        self.ends: list[tuple[int, Any]] = []  # (cid, emitter)
+        self.ends: list[tuple[int, Any, int]] = []  # (cid, emitter, rank)
         self.children: dict[int, tuple[rt.Step, _TrieNode]] = {}
 
 
-def step_trie(consumers: list[tuple[int, tuple[rt.Step, ...], Any]]) -> _TrieNode:
-    """The trie of ``consumers`` ``(cid, steps, emitter)``: equal step prefixes (the same
-    ``Step`` objects in the same order) share their path."""
+def step_trie(consumers: list[tuple[Any, ...]]) -> _TrieNode:
+    """The trie of ``consumers`` ``(cid, steps, emitter[, rank])``: equal step prefixes (the
+    same ``Step`` objects in the same order) share their path."""
     root = _TrieNode()
-    for cid, steps, emitter in consumers:
+    for cid, steps, emitter, *rank in consumers:
         node = root
         for step in steps:
             entry = node.children.get(id(step))
             if entry is None:
                 entry = node.children[id(step)] = (step, _TrieNode())
             node = entry[1]
-        node.ends.append((cid, emitter))
+        node.ends.append((cid, emitter, rank[0] if rank else 0))
     return root
 
 
@@ -71,26 +73,34 @@ def arrow_schema(ddl: str) -> pa.Schema:
     return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in (f.split() for f in ddl.split(","))])
 
 
-def fused_chain_function(decoder: Any, consumers: list[tuple[int, tuple[rt.Step, ...], Any]], errors_acc: Any,
+def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_acc: Any,
                          wm_acc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one input feeding several consumers ``(cid, steps,
-    emitter)`` (``_runtime.AggPrepEmitter`` objects): decode each row once (the batch converted to
+    emitter[, rank])`` (``_runtime.AggPrepEmitter`` objects): decode each row once (the batch converted to
     pandas as ``mapInPandas`` would), run it through the step trie (a step that raises drops
     the record for every consumer below it and counts it at the step's node, as
     ``_runtime.chain_function`` does), emit each consumer's records with its ``cid``
-    (:data:`FUSED_AGG_SCHEMA`, built as Arrow arrays: no pandas frame on the way out). Rows
-    of one input record come in the order the trie walk emits them."""
+    (:data:`FUSED_AGG_SCHEMA`, built as Arrow arrays: no pandas frame on the way out).
+
+    Rows of one input record come in the order of their consumers' ``rank`` (default 0),
+    then in the order the trie walk emits them: a view reading the input through several
+    paths (branches merged again) gets ranks in the order the speed layer delivers a
+    record along those paths (``ExecContext._fused``), which the fold keeps for rows with
+    equal order keys (``mid``)."""
     root = step_trie(consumers)
     schema = arrow_schema(FUSED_AGG_SCHEMA)
+    ranks = 1 + max((c[3] for c in consumers if len(c) > 3), default=0)
 
-    def walk(node: _TrieNode, recs: list[rt.Rec], out: list[tuple[Any, ...]], errs: rt.Errors, memo: tuple[rt.Memo, rt.Memo]) -> None:
-        for cid, emitter in node.ends:
+    def walk(node: _TrieNode, recs: list[rt.Rec], outs: list[list[tuple[Any, ...]]], errs: rt.Errors,
+             memo: tuple[rt.Memo, rt.Memo]) -> None:
+        for cid, emitter, rank in node.ends:
+            append = outs[rank].append
             for r in recs:
                 prep = emitter.prepare(r, errs, memo)
                 if prep is not None:
                     gk, blocks, kb, vb = prep
                     for b in blocks:
-                        out.append((cid, gk, b, kb, vb, r[2], r[3], r[4], r[5], r[6]))
+                        append((cid, gk, b, kb, vb, r[2], r[3], r[4], r[5], r[6]))
         for step, child in node.children.values():
             nxt: list[rt.Rec] = []
             for r in recs:
@@ -102,14 +112,22 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[int, tuple[rt.Step,
                 if res:
                     nxt.extend(res)
             if nxt:
-                walk(child, nxt, out, errs, memo)
+                walk(child, nxt, outs, errs, memo)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         errs: rt.Errors = {}
         for batch in batches:
             out: list[tuple[Any, ...]] = []
-            for rec in decoder.records(batch.to_pandas(), errs):
-                walk(root, [rec], out, errs, ({}, {}))
+            if ranks == 1:
+                outs = [out]
+                for rec in decoder.records(batch.to_pandas(), errs):
+                    walk(root, [rec], outs, errs, ({}, {}))
+            else:
+                for rec in decoder.records(batch.to_pandas(), errs):
+                    outs = [[] for _ in range(ranks)]
+                    walk(root, [rec], outs, errs, ({}, {}))
+                    for rows in outs:
+                        out.extend(rows)
             yield arrow_batch(schema, out)
         rt.flush(errors_acc, errs, wm_acc if decoder.watermark else None, decoder.wm)
 
@@ -122,10 +140,12 @@ def arrow_batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatc
     return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
-#: the columns of :data:`FUSED_AGG_SCHEMA` a fold reads, as ``_Fold.per_key`` gives them,
-#: then ``mid`` (see :class:`FusedFold`)
-_FOLD_COLUMNS = ("gk", "ts", "p", "o", "src", "seq", "k", "v", "mid")
-_BATCH_ORDER = itemgetter(1, 2, 3, 4, 5, 8)  # ts, p, o, src, seq, mid
+#: the columns of :data:`FUSED_AGG_SCHEMA` a fold reads, in the order of the rows
+#: ``_Fold.per_key`` gives (``k`` null: the key bytes are ``gk``'s, see ``AggPrepEmitter``)
+_FOLD_COLUMNS = ("gk", "ts", "p", "o", "src", "seq", "k", "v")
+#: batch order of one key's rows, ``(ts, [table change first,] p, o, src, seq)``, then
+#: ``mid``; ``rank`` is inserted after ``ts`` when a fold mixes table changes in
+_ORDER = ("ts", "p", "o", "src", "seq", "mid")
 
 
 class FusedFold:
@@ -133,44 +153,69 @@ class FusedFold:
     ``monotonically_increasing_id`` taken right after the ``mapInArrow`` pass): the rows of
     one or more ``(cid, block)`` pairs (``ExecContext.sorted_folds`` groups by a hash of
     ``(cid, key bucket, block)``, so that Spark sorts the groups by one long, a radix sort).
-    Each pair's rows are split by key and each key's rows sorted in batch order ``(ts, table
-    changes first, p, o, src, seq)`` as ``_runtime.ranked_rows`` sorts them (a table change
-    is a row whose ``src`` is in its fold's ``table_srcs``), then by ``mid``: rows of one
-    source record that share its order key keep the order in which the pass emitted them.
-    Then the fold of consumer ``cid`` (``folds[cid]``, a ``_runtime._Fold``) runs over them;
-    its view rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table)."""
+
+    Arrow sorts the group by ``(cid, blk, gk)`` and then each key's rows in batch order
+    ``(ts, table changes first, p, o, src, seq)`` as ``_runtime.ranked_rows`` orders them
+    (a table change is a row whose ``src`` is in its fold's ``table_srcs``), then by
+    ``mid``: rows of one source record that share its order key keep the order in which
+    the pass emitted them. Then the fold of consumer ``cid`` (``folds[cid]``, a
+    ``_runtime._Fold``) runs over each ``(cid, blk)``'s keys, each key's rows
+    ``(gk, ts, p, o, src, seq, k, v)`` (``k`` is ``gk`` where the row has none); its view
+    rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table)."""
 
     def __init__(self, folds: dict[int, Any]) -> None:
         self.folds = folds
         self.schema = arrow_schema(FUSED_VIEW_SCHEMA)
 
+    def sorted_table(self, table: pa.Table) -> pa.Table:
+        """``table`` sorted by ``(cid, blk, gk)`` then batch order (see the class docstring)."""
+        order = list(_ORDER)
+        cids = pc.unique(table.column("cid")).to_pylist()
+        ranked = [c for c in cids if self.folds[c].table_srcs]
+        if ranked:
+            src = table.column("src")
+            rank = pa.repeat(1, table.num_rows).cast(pa.int8())
+            for c in ranked:  # 0 for a table change of a fold mixing tables in
+                change = pc.is_in(src, value_set=pa.array(sorted(self.folds[c].table_srcs), pa.int32()))
+                if len(cids) > 1:
+                    change = pc.and_(change, pc.equal(table.column("cid"), c))
+                rank = pc.if_else(change, pa.scalar(0, pa.int8()), rank)
+            table = table.append_column("rank", rank)
+            order.insert(1, "rank")
+        keys = [(c, "ascending") for c in ("cid", "blk", "gk", *order)]
+        return table.take(pc.sort_indices(table, sort_keys=keys))
+
     def __call__(self, table: pa.Table) -> pa.Table:
-        parts: dict[tuple[int, int], dict[bytes, list[tuple[Any, ...]]]] = {}  # (cid, blk) -> key -> rows
-        for cid, blk, row in zip(table.column("cid").to_pylist(), table.column("blk").to_pylist(),
-                                 zip(*[table.column(c).to_pylist() for c in _FOLD_COLUMNS])):
-            by_key = parts.get((cid, blk))
-            if by_key is None:
-                by_key = parts[(cid, blk)] = {}
-            rows_of = by_key.get(row[0])
-            if rows_of is None:
-                rows_of = by_key[row[0]] = []
-            rows_of.append(row)
         out: list[tuple[Any, ...]] = []
-        for (cid, blk), by_key in parts.items():
-            fold = self.folds[cid]
-            order: Callable[[tuple[Any, ...]], Any] = _BATCH_ORDER
-            if fold.table_srcs:
-                tables = fold.table_srcs
-                order = lambda r: (r[1], 0 if r[4] in tables else 1, r[2], r[3], r[4], r[5], r[8])  # noqa: E731
-            keys = []
-            for gk, rows_of in by_key.items():
-                rows_of.sort(key=order)
-                keys.append((gk, [r[:8] for r in rows_of]))  # without mid: the rows of _Fold.per_key
-            errs: rt.Errors = {}
-            rows = fold.fold(keys, blk, errs)
-            rt.flush(fold.errors_acc, errs)
-            out.extend(r + (cid,) for r in rows)
+        if table.num_rows:
+            table = self.sorted_table(table)
+            cols = {c: table.column(c).to_pylist() for c in _FOLD_COLUMNS}
+            k = table.column("k")
+            if k.null_count == len(k):
+                cols["k"] = cols["gk"]
+            elif k.null_count:
+                cols["k"] = [g if x is None else x for g, x in zip(cols["gk"], cols["k"])]
+            rows = list(zip(*(cols[c] for c in _FOLD_COLUMNS)))
+            cid, blk = table.column("cid").to_pylist(), table.column("blk").to_pylist()
+            i, n = 0, len(rows)
+            while i < n:  # one (cid, blk) at a time (almost always the whole group)
+                j = n if cid[i] == cid[-1] and blk[i] == blk[-1] else _run_end(cid, blk, i)
+                fold = self.folds[cid[i]]
+                errs: rt.Errors = {}
+                view_rows = fold.fold(groupby(rows[i:j] if j - i < n else rows, key=itemgetter(0)), blk[i], errs)
+                rt.flush(fold.errors_acc, errs)
+                c = cid[i]
+                out.extend(r + (c,) for r in view_rows)
+                i = j
         return pa.Table.from_batches([arrow_batch(self.schema, out)])
+
+
+def _run_end(cid: list[int], blk: list[int], i: int) -> int:
+    """The end of the run of rows with ``(cid[i], blk[i])`` starting at ``i``."""
+    j = i + 1
+    while j < len(cid) and cid[j] == cid[i] and blk[j] == blk[i]:
+        j += 1
+    return j
 
 
 def arrow_group_fn(obj: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:

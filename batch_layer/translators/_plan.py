@@ -49,8 +49,13 @@ class FrameBase:
 
 @dataclass(frozen=True)
 class Leaf:
+    """A base and the steps its records run through. ``order`` places this leaf's path
+    through the graph among the other paths from the same base (see
+    :meth:`StreamPipe.reached_by`): ``(topic crossings, child indexes along the path)``."""
+
     base: RawBase | FrameBase
     steps: tuple[rt.Step, ...] = ()
+    order: tuple[int, tuple[int, ...]] = (0, ())
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,22 @@ class StreamPipe:
     @staticmethod
     def union(pipes: list["StreamPipe"]) -> "StreamPipe":
         return StreamPipe(tuple(leaf for p in pipes for leaf in p.leaves))
+
+    def reached_by(self, index: int | None) -> "StreamPipe":
+        """This stream as a node reading it sees it: ``index`` is that node's place among
+        the producing node's children (the speed layer forwards a record to a node's
+        children in creation order, depth first), None when the reader gets it through a
+        topic (a source reading a sink's topic: the speed layer processes such a record
+        after the one that caused it). So the leaves of one base that meet again in a
+        view (branches merged) are ordered as the speed layer delivers them: fewer topic
+        crossings first, then depth-first order (``ExecContext._fused``)."""
+        def step(leaf: Leaf) -> Leaf:
+            crossings, path = leaf.order
+            if index is None:
+                return replace(leaf, order=(crossings + 1, path + (0,)))
+            return replace(leaf, order=(crossings, path + (index,)))
+
+        return StreamPipe(tuple(step(leaf) for leaf in self.leaves))
 
     @property
     def expensive(self) -> bool:
@@ -175,7 +196,10 @@ class ExecContext:
     persisted: list["DataFrame"] = field(default_factory=list)
     broadcasts: list[Any] = field(default_factory=list)
     join_strategies: dict[str, str] = field(default_factory=dict)
+    #: the node being built (``BatchPlan.execute``): :meth:`stream` orders its input's paths
+    current: str | None = None
     _readers: dict[str, list[str]] | None = None
+    _children: dict[str, list[str]] | None = None
 
     def __post_init__(self) -> None:
         sc = self.spark.sparkContext
@@ -231,6 +255,24 @@ class ExecContext:
         expensive to recompute, it is computed once and persisted (``DISK_ONLY``), unless
         every node reading it (transitively) is a fused step or aggregation
         (:meth:`feeds_only_folds`): the fused pass then computes it once."""
+        return self._stream(name).reached_by(self._child_index(name))
+
+    def _child_index(self, name: str) -> int | None:
+        """The place of the node being built among ``name``'s children; None when it reads
+        ``name`` through a topic (a source reading a sink's topic); 0 for any other reader
+        (a suppress reading its aggregation's input)."""
+        if self.current is None:
+            return 0
+        if self._children is None:
+            self._children = self.plan.topology.child_map()
+        children = self._children.get(name, [])
+        if self.current in children:
+            return children.index(self.current)
+        from speed_layer.graph import ops
+
+        return None if isinstance(self.plan.topology.nodes[self.current].op, ops.SourceOp) else 0
+
+    def _stream(self, name: str) -> StreamPipe:
         if name in self.shared:
             return self.shared[name]
         rep = self.outputs[name]
@@ -318,10 +360,15 @@ class ExecContext:
         from . import _fused as fu
 
         names = list(pending)
-        by_base: dict[Any, list[tuple[int, tuple[rt.Step, ...], Any]]] = {}
+        by_base: dict[Any, list[tuple[int, tuple[rt.Step, ...], Any, int]]] = {}
         for cid, name in enumerate(names):
+            leaves: dict[Any, list[Leaf]] = {}
             for leaf in pending[name].pipe.leaves:
-                by_base.setdefault(leaf.base, []).append((cid, leaf.steps, pending[name].emitter))
+                leaves.setdefault(leaf.base, []).append(leaf)
+            for base, same in leaves.items():  # several paths from one base: rank them as the speed layer delivers
+                ranked = sorted(same, key=lambda leaf: leaf.order) if len(same) > 1 else same
+                for rank, leaf in enumerate(ranked):
+                    by_base.setdefault(base, []).append((cid, leaf.steps, pending[name].emitter, rank))
         frames = []
         for base, consumers in by_base.items():
             if isinstance(base, FrameBase):

@@ -39,6 +39,7 @@ from speed_layer.processor.builtin.aggregate import aggregate_functions
 from speed_layer.state.keys import decode_key, encode_key
 
 from ..general.store_rows import json_value, key_text  # noqa: F401 - one view encoding for both executors
+from ._values import FreshValues, decode_value, encode_value
 
 Rec = tuple  # (key, value, ts, p, o, src, seq)
 Errors = dict  # node name -> set of (src, p, o)
@@ -310,13 +311,18 @@ class _JoinLogic:
 class BroadcastJoinStep(Step, _JoinLogic):
     """Stream-table as-of join against a broadcast index ``{store key bytes: (sorted
     timestamps, pickled values)}``: the table value with the latest timestamp <= the record's
-    (ties: the table record comes first, so it is visible)."""
+    (ties: the table record comes first, so it is visible). Each table value is unpickled once
+    per worker and handed to the joiner as a fresh object (``_values.FreshValues``)."""
 
     expensive = True
 
     def __init__(self, node: str, op: Any, key_serde: Any, index: Any) -> None:
         _JoinLogic.__init__(self, node, op, key_serde)
         self.index = index  # a pyspark Broadcast
+        self._values: FreshValues | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_values": None}  # decoded values stay in their worker
 
     def __call__(self, r: Rec) -> list[Rec] | None:
         keep, lk = self.lookup_key(r)
@@ -324,11 +330,15 @@ class BroadcastJoinStep(Step, _JoinLogic):
             return None
         other = None
         if lk is not None:
-            entry = self.index.value.get(self.key_serde.serialize(lk))
+            jk = self.key_serde.serialize(lk)
+            entry = self.index.value.get(jk)
             if entry is not None:
                 i = bisect_right(entry[0], r[2]) - 1
                 if i >= 0 and entry[1][i] is not None:
-                    other = pickle.loads(entry[1][i])
+                    values = self._values
+                    if values is None:
+                        values = self._values = FreshValues()
+                    other = values.get((jk, i), entry[1][i])
         return self.join(r, other)
 
 
@@ -432,22 +442,25 @@ class AggPrepEmitter:
     errors: the time and session window processors drop null keys only, as Kafka's
     KStreamWindowAggregate and KStreamSessionWindowAggregate, and aggregate a null value),
     computes the store key bytes ``gk`` and, for time windows, one row per block of window
-    starts the record contributes to."""
+    starts the record contributes to. ``k`` is the encoded key, null when it equals ``gk``
+    (no store key serde); ``v`` is the value encoded by
+    ``_values.encode_value``, or null when ``value_free`` (a count, whose fold never reads
+    the value: see ``_Fold.value_free``)."""
 
     schema = AGG_SCHEMA
 
     def __init__(self, node: str, store_key_serde: Any, size_ms: int | None, advance_ms: int | None, block_ms: int | None,
-                 keep_null_values: bool = False) -> None:
+                 keep_null_values: bool = False, value_free: bool = False) -> None:
         self.node, self.store_key_serde = node, store_key_serde
         self.size, self.adv, self.block = size_ms, advance_ms, block_ms
-        self.keep_null_values = keep_null_values
+        self.keep_null_values, self.value_free = keep_null_values, value_free
 
     def start(self) -> list[list[Any]]:
         return [[] for _ in range(9)]
 
     def prepare(self, r: Rec, errs: Errors, memo: "tuple[Memo, Memo] | None" = None
-                ) -> tuple[bytes, Iterable[int], bytes, bytes] | None:
-        """``(gk, blocks, key bytes, value bytes)`` of record ``r``, or None when it is dropped
+                ) -> tuple[bytes, Iterable[int], bytes | None, bytes | None] | None:
+        """``(gk, blocks, key bytes or None when they equal gk, value bytes or None)`` of record ``r``, or None when it is dropped
         (a null key, a null value unless kept, or an encoding error, added to ``errs``).
         ``memo`` (the fused pass, one pair per input record): encodings of key and of value
         objects already encoded for another view of the same record, by object identity
@@ -456,10 +469,15 @@ class AggPrepEmitter:
             return None
         try:
             if memo is None:
-                kb, vb = encode_key(r[0]), dumps(r[1])
+                kb = encode_key(r[0])
+                vb = None if self.value_free else encode_value(r[1])
             else:
-                kb, vb = _memo(memo[0], encode_key, r[0]), _memo(memo[1], dumps, r[1])
-            gk = kb if self.store_key_serde is None else self.store_key_serde.serialize(r[0])
+                kb = _memo(memo[0], encode_key, r[0])
+                vb = None if self.value_free else _memo(memo[1], encode_value, r[1])
+            if self.store_key_serde is None:
+                gk, kb = kb, None  # k would repeat gk: null, the folds read gk
+            else:
+                gk = self.store_key_serde.serialize(r[0])
         except Exception:  # noqa: BLE001
             add_error(errs, self.node, rid(r))
             return None
@@ -493,6 +511,11 @@ def _memo(memo: Memo, fn: Callable[[Any], bytes], obj: Any) -> bytes:
     out = fn(obj)
     memo[id(obj)] = (obj, out)
     return out
+
+
+def _no_value(data: bytes | None) -> None:
+    """The value of a row of a ``value_free`` fold: never read (None)."""
+    return None
 
 
 def window_starts_range(ts: int, size: int, advance: int) -> tuple[int, int]:
@@ -642,13 +665,24 @@ class _Fold(ABC):
 
     #: indexes ``src`` of the KTable / GlobalKTable topics (see :func:`ranked_rows`)
     table_srcs: frozenset[int] = frozenset()
+    #: True when the fold never reads a record's value, so its rows need not carry it
+    #: (``AggPrepEmitter(value_free=True)``): a count, whose aggregator ``agg + 1`` ignores
+    #: the value, in the folds below whose code passes the value only to the aggregator
+    #: (time windows, sessions, plain); not a sliding window's replayed processor
+    value_free: bool = False
+    #: the fold's code hands a record's value to the aggregator and nowhere else
+    _value_to_aggregator_only: bool = False
 
     def __init__(self, node: str, op: Any, errors_acc: Any) -> None:
         self.node, self.op, self.errors_acc = node, op, errors_acc
         self.initializer, self.aggregator = aggregate_functions(op)
+        self.value_free = self._value_to_aggregator_only and op.kind == "count"
 
     def per_key(self, pdf: pd.DataFrame) -> Iterator[tuple[bytes, Iterator[tuple[Any, ...]]]]:
-        """``(gk, rows)`` with rows ``(gk, ts, p, o, src, seq, k, v)`` in batch order."""
+        """``(gk, rows)`` with rows ``(gk, ts, p, o, src, seq, k, v)`` in batch order (a
+        null ``k`` is ``gk``: ``AggPrepEmitter`` leaves out key bytes equal to them)."""
+        if pdf["k"].isna().any():
+            pdf = pdf.assign(k=pdf["k"].where(pdf["k"].notna(), pdf["gk"]))
         return groupby(ranked_rows(pdf, "gk", ["k", "v"], self.table_srcs), key=itemgetter(0))
 
     @abstractmethod
@@ -679,6 +713,8 @@ class TimeWindowFold(_Fold):
     ascending start order (an aggregator error stops its later windows, as in the speed
     layer). Result timestamp = the largest record timestamp of the window."""
 
+    _value_to_aggregator_only = True
+
     def __init__(self, node: str, op: Any, block_ms: int, errors_acc: Any) -> None:
         super().__init__(node, op, errors_acc)
         self.size, self.adv, self.block = op.windows.size_ms, op.windows.advance_ms, block_ms
@@ -687,7 +723,7 @@ class TimeWindowFold(_Fold):
         size, adv, init, agg_fn, node = self.size, self.adv, self.initializer, self.aggregator, self.node
         lo = blk * self.block
         hi = lo + self.block - 1  # the block's last start
-        loads = pickle.loads
+        loads = _no_value if self.value_free else decode_value
         rows = []
         for _gk, recs in keys:
             aggs: dict[int, list[Any]] = {}  # start -> [aggregate, max ts, key, last record id]
@@ -739,6 +775,8 @@ class SessionFold(_Fold):
     result timestamp is the session end (the speed layer forwards a session with its end
     as timestamp)."""
 
+    _value_to_aggregator_only = True
+
     def __init__(self, node: str, op: Any, errors_acc: Any) -> None:
         super().__init__(node, op, errors_acc)
         merger = op.merger
@@ -763,9 +801,10 @@ class SessionFold(_Fold):
         """The final sessions of one key: ``[end, start, aggregate, key, last record id]``
         sorted by (end, start), as the session store orders them."""
         gap, init, agg_fn, merger = self.gap, self.initializer, self.aggregator, self.merger
+        loads = _no_value if self.value_free else decode_value
         sessions: list[list[Any]] = []
         for _, ts, p, o, src, _seq, kb, vb in recs:
-            key, value, ident = decode_key(kb), pickle.loads(vb), (src, p, o)
+            key, value, ident = decode_key(kb), loads(vb), (src, p, o)
             try:
                 # find_sessions(key, ts - gap, ts + gap): end >= ts - gap, start <= ts + gap, by (end, start)
                 idx = []
@@ -805,13 +844,16 @@ class PlainFold(_Fold):
     """Non-windowed count/reduce/aggregate of a bucket of keys (``StreamAggregateProcessor``):
     result timestamp = the largest record timestamp."""
 
+    _value_to_aggregator_only = True
+
     def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         init, agg_fn = self.initializer, self.aggregator
+        loads = _no_value if self.value_free else decode_value
         rows = []
         for _gk, recs in keys:
             state: list[Any] | None = None  # [aggregate, ts, key, record id]
             for _, ts, p, o, src, _seq, kb, vb in recs:
-                key, value = decode_key(kb), pickle.loads(vb)
+                key, value = decode_key(kb), loads(vb)
                 try:
                     if state is None:
                         a = value if init is None else agg_fn(key, value, init())

@@ -15,7 +15,6 @@ store's content is the same.
 """
 from __future__ import annotations
 
-import pickle
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -28,6 +27,7 @@ from speed_layer.state.keys import decode_key
 from ..general.plan import FULL_HISTORY_MS
 from ._replay_context import ReplayContext
 from ._runtime import Errors, _Fold, add_error, key_text
+from ._values import decode_value
 
 
 class _ReplayProcessor(SlidingWindowAggregateProcessor):
@@ -63,7 +63,7 @@ class SlidingFold(_Fold):
             for _, ts, p, o, src, _seq, kb, vb in recs:
                 key, last = decode_key(kb), (src, p, o)
                 try:
-                    proc.process(Record(key, pickle.loads(vb), ts))
+                    proc.process(Record(key, decode_value(vb), ts))
                 except Exception:  # noqa: BLE001 - dropped (windows already updated stay updated)
                     add_error(errs, self.node, last)
             for start, vt in store.fetch_with_timestamps(key, 0, 2**62):

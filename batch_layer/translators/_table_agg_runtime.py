@@ -21,7 +21,6 @@ node's records, then the aggregation's store.
 """
 from __future__ import annotations
 
-import pickle
 from typing import Any, Iterable
 
 import pandas as pd
@@ -32,6 +31,7 @@ from speed_layer.state.keys import decode_key, encode_key
 from ._runtime import (
     Errors, TableToStreamGroup, _Fold, _stream_frame, add_error, dumps, flush, key_text,
 )
+from ._values import decode_value
 
 
 class TableSelectGroup:
@@ -114,7 +114,7 @@ class TableAggFold(_Fold):
             for _, ts, p, o, src, _seq, kb, vb in recs:
                 key = decode_key(kb)
                 try:
-                    state = self.step(key, pickle.loads(vb), ts, state)
+                    state = self.step(key, decode_value(vb), ts, state)
                     last = (src, p, o)
                 except Exception:  # noqa: BLE001 - dropped; the store keeps the previous aggregate
                     add_error(errs, self.node, (src, p, o))

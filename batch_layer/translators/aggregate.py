@@ -86,11 +86,11 @@ def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: 
     table_srcs = table_src_indexes(ctx.plan)
     if isinstance(w, TimeWindows):
         block = block_ms(w, ctx.plan.options.window_block_ms)
-        emitter = rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True)
         fn: Any = rt.TimeWindowFold(name, op, block, ctx.errors_acc)
         fn.table_srcs = table_srcs
+        emitter = rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True,
+                                    value_free=fn.value_free)
         return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=True))
-    emitter = rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows))
     if isinstance(w, SessionWindows):
         fn = rt.SessionFold(name, op, ctx.errors_acc)
     elif isinstance(w, SlidingWindows):
@@ -98,4 +98,6 @@ def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: 
     else:
         fn = rt.PlainFold(name, op, ctx.errors_acc)
     fn.table_srcs = table_srcs
+    emitter = rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows),
+                                value_free=fn.value_free)
     return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=False))

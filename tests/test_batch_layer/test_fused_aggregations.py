@@ -148,7 +148,7 @@ def test_fused_pass_equals_one_pass_per_view(recs: list[tuple[str, int, int]]) -
 def test_trie_shares_equal_prefixes_only() -> None:
     a, b, c = (rt.DropNullKeyStep(n) for n in "abc")
     root = fu.step_trie([(0, (a, b), "e0"), (1, (a, c), "e1"), (2, (), "e2"), (3, (a, b), "e3")])
-    assert root.ends == [(2, "e2")] and list(root.children) == [id(a)]
+    assert root.ends == [(2, "e2", 0)] and list(root.children) == [id(a)]
     node_a = root.children[id(a)][1]
     assert [s for s, _n in node_a.children.values()] == [b, c]
-    assert node_a.children[id(b)][1].ends == [(0, "e0"), (3, "e3")]
+    assert node_a.children[id(b)][1].ends == [(0, "e0", 0), (3, "e3", 0)]
