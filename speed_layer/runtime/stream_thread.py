@@ -2,7 +2,8 @@
 ``StreamThread`` + ``TaskManager``).
 
 Loop (``runOnce``): poll records into the tasks' per-partition buffers (pausing partitions
-whose buffer holds ``buffered.records.per.partition`` records, resuming them when drained);
+whose buffer holds ``buffered.records.per.partition`` records, resuming them when drained:
+:mod:`.input_buffers`);
 process records, each task taking the buffered record with the lowest timestamp
 (``PartitionGroup``) once every input partition has data or is known to be caught up
 (KIP-695: ``max.task.idle.ms`` = 0 waits only for data known to be on the broker, > 0 also
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import deque
 from dataclasses import dataclass
 import threading
 import time
@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import StreamsException
+from .input_buffers import InputBuffers
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer, RestoreEntry, delete_checkpoint, read_checkpoint, write_checkpoint
-from .task import Metrics, RawRecord, StreamTask
+from .task import Metrics, StreamTask
 
 if TYPE_CHECKING:
     from .kafka_streams import KafkaStreams
@@ -58,15 +59,8 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
                        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: offset-commit errors of a group that is rebalancing (the commit is retried later)
 _REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
-#: how long a subscribed topic may be reported missing before the thread fails, s
-MISSING_TOPIC_TIMEOUT_S = 30.0
 #: records processed between two polls of the consumer
 MAX_RECORDS_PER_LOOP = 1000
-#: bytes (keys and values) of consumed records a partition whose task buffer holds
-#: ``buffered.records.per.partition`` records may keep waiting before it is paused: the
-#: Java consumer's ``max.partition.fetch.bytes`` default, one fetch of the partition, which
-#: Java's consumer keeps for a paused partition (KAFKA-7548) and librdkafka throws away
-HELD_BYTES_PER_PARTITION = 1_048_576
 #: records (summed over a task's changelog partitions) between two checkpoints at commit,
 #: Kafka's ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``
 CHECKPOINT_OFFSET_DELTA = 10_000
@@ -129,16 +123,6 @@ def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
     return None
 
 
-#: ``RawRecord`` is a NamedTuple: ``_new_raw(RawRecord, fields)`` builds one without the
-#: Python ``__init__`` frame (once per consumed record)
-_new_raw = tuple.__new__
-
-
-def _held_size(raw: RawRecord) -> int:
-    """Bytes a held record counts against ``HELD_BYTES_PER_PARTITION``: key and value."""
-    return len(raw.key or b"") + len(raw.value or b"")
-
-
 @dataclass(frozen=True)
 class ThreadHooks:
     """What a stream thread reports to its client and asks of the instance's standby
@@ -181,22 +165,16 @@ class StreamThread(threading.Thread):
         self._store_tps: dict[str, dict[TP, str]] = {}
         self._restored_end: dict[TP, int] = {}
         self.committed: dict[TP, int] = {}
-        self._paused: set[TP] = set()
-        #: consumed records of partitions whose task buffer is full, oldest first, with
-        #: their size in bytes: what Java's consumer keeps fetched for a paused partition
-        #: (KAFKA-7548); librdkafka drops what it prefetched for a partition when it is
-        #: paused, so the thread keeps up to ``HELD_BYTES_PER_PARTITION`` itself before pausing
-        self._held: dict[TP, deque[RawRecord]] = {}
-        self._held_bytes: dict[TP, int] = {}
-        self._missing_since: float | None = None
         #: which tasks may process now (KIP-695, the repartition round-trip waits); it owns
         #: the end-of-partition flags, fetched positions and tracked partitions
         self.readiness = Readiness(
             self.config.max_task_idle_ms, self.eos, self.task_tps, self.tp_task,
             pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
             serve_reports=lambda: self.collector.poll() if self.collector else None,
-            waiting_input=lambda tp: tp not in self._paused and tp not in self._held)
+            waiting_input=lambda tp: self.inputs.waiting_input(tp))
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
+        #: fetched records on their way into the task buffers: held records, paused partitions
+        self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
         self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
@@ -719,9 +697,7 @@ class StreamThread(threading.Thread):
                     self.tp_task.pop(tp, None)
                     if self.collector is not None:
                         self.collector.untrack(tp)
-                    self._paused.discard(tp)
-                    self._held.pop(tp, None)
-                    self._held_bytes.pop(tp, None)
+                    self.inputs.forget(tp)
                     self.committed.pop(tp, None)
                 self._task_locks.pop(tid).release()
                 self.hooks.standby_release(tid)
@@ -732,8 +708,8 @@ class StreamThread(threading.Thread):
         self.poll_total += 1
         if self.collector is not None:
             self.collector.poll()  # delivery reports: acked offsets of changelogs and repartitions
-        if self._held:
-            self._pause_resume()  # refill the task buffers that were drained
+        if self.inputs.any_held():
+            self.inputs.pause_resume(self.consumer)  # refill the task buffers that were drained
         now = time.monotonic()
         readiness = self.readiness
         busy = any(readiness.ready(t, now) for t in self.tasks.values()) and readiness.thread_ready(now)
@@ -747,14 +723,14 @@ class StreamThread(threading.Thread):
         if self._callback_error is not None:
             exc, self._callback_error = self._callback_error, None
             raise exc
-        self._add_records(msgs)
-        self._pause_resume()
+        self.inputs.add(msgs)
+        self.inputs.pause_resume(self.consumer)
         self._restore_metadata()
         self._process()
         self._punctuate()
         if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
-        elif self._commit_when_caught_up and not self._held and self.readiness.caught_up():
+        elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():
             self._commit()
 
     def request_commit_when_caught_up(self) -> None:
@@ -781,65 +757,6 @@ class StreamThread(threading.Thread):
         meta = {(r.topic, r.partition): r.metadata for r in res if r.offset >= 0}
         for t in fresh:
             t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
-
-    def _add_records(self, msgs: list[Any]) -> None:
-        """Buffer consumed records in their tasks' partition queues, up to
-        ``buffered.records.per.partition`` each, the rest in :attr:`_held`; note ends of
-        partitions and consumer errors."""
-        tp_task, eof, fetched = self.tp_task, self.readiness.eof, self.readiness.fetched_next
-        limit = self.config.buffered_records_per_partition
-        last_tp: TP | None = None
-        queue: Any = None
-        room = 0
-        offset = -1
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if last_tp is not None:
-                    fetched[last_tp] = offset + 1
-                last_tp = None
-                tp = (msg.topic(), msg.partition())
-                if err.code() == KafkaError._PARTITION_EOF:
-                    if tp in self.tp_task:
-                        eof[tp] = True
-                    continue
-                if err.fatal():
-                    raise StreamsException(f"consumer of {self.name} failed: {err.str()}")
-                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    # Kafka: MissingSourceTopicException; tolerated briefly (metadata lag)
-                    self._missing_since = self._missing_since or time.monotonic()
-                    if time.monotonic() - self._missing_since > MISSING_TOPIC_TIMEOUT_S:
-                        raise StreamsException(f"source topic missing for {MISSING_TOPIC_TIMEOUT_S:.0f} s: {err.str()}")
-                log.warning("consumer of %s: %s", self.name, err.str())
-                continue
-            topic, partition = msg.topic(), msg.partition()
-            tp = (topic, partition)
-            if tp != last_tp:
-                task = tp_task.get(tp)
-                if task is None:
-                    continue  # revoked meanwhile
-                if last_tp is not None:
-                    fetched[last_tp] = offset + 1
-                eof[tp] = False
-                queue = task.queue(topic, partition)
-                room = 0 if tp in self._held else limit - len(queue)
-                last_tp = tp
-            offset = msg.offset()
-            raw = _new_raw(RawRecord, (topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers() or ()))
-            if room > 0:
-                queue.append(raw)
-                room -= 1
-            else:
-                self._hold(tp, raw)
-        if last_tp is not None:
-            fetched[last_tp] = offset + 1
-
-    def _hold(self, tp: TP, raw: RawRecord) -> None:
-        held = self._held.get(tp)
-        if held is None:
-            held = self._held[tp] = deque()
-        held.append(raw)
-        self._held_bytes[tp] = self._held_bytes.get(tp, 0) + _held_size(raw)
 
     def _process(self) -> None:
         """Process up to ``MAX_RECORDS_PER_LOOP`` records, always the one with the lowest
@@ -906,42 +823,6 @@ class StreamThread(threading.Thread):
                 self._maybe_begin()
                 task.punctuate_wall_clock()
 
-    def _pause_resume(self) -> None:
-        """Move held records into their task buffers while these hold fewer than
-        ``buffered.records.per.partition`` records; pause a partition once it holds
-        ``HELD_BYTES_PER_PARTITION`` bytes besides (Kafka's ``StreamTask#addRecords`` pauses
-        a partition whose buffer is over the limit, but its consumer keeps what it fetched),
-        resume it once nothing is held and its buffer is below the limit again."""
-        assert self.consumer is not None
-        limit = self.config.buffered_records_per_partition
-        pause, resume = [], []
-        held_bytes = self._held_bytes
-        for tp, held in list(self._held.items()):
-            queue = self.tp_task[tp].queue(*tp)
-            room = limit - len(queue)
-            if room > 0:
-                n = held_bytes[tp]
-                popleft, append = held.popleft, queue.append
-                for _ in range(min(room, len(held))):
-                    raw = popleft()
-                    n -= _held_size(raw)
-                    append(raw)
-                held_bytes[tp] = n
-                if not held:
-                    del self._held[tp], held_bytes[tp]
-                    continue
-            if tp not in self._paused and held_bytes[tp] >= HELD_BYTES_PER_PARTITION:
-                pause.append(tp)
-        for tp in self._paused:
-            if tp not in self._held and self.tp_task[tp].buffered_in(*tp) < limit:
-                resume.append(tp)
-        if pause:
-            self.consumer.pause([TopicPartition(t, p) for t, p in pause])
-            self._paused.update(pause)
-        if resume:
-            self.consumer.resume([TopicPartition(t, p) for t, p in resume])
-            self._paused.difference_update(resume)
-
     def _maybe_begin(self) -> None:
         if self.eos and not self._in_txn:
             assert self.producer is not None
@@ -960,7 +841,7 @@ class StreamThread(threading.Thread):
         offsets: dict[TP, int] = {}
         for task in self.tasks.values():
             offsets.update(task.commit())
-        drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0 and (t, p) not in self._held]
+        drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0 and not self.inputs.holds((t, p))]
         if drained:
             # past transaction markers: commit the position when nothing is buffered (Kafka does too)
             for pos in self.consumer.position(drained):

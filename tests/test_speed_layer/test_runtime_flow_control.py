@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from speed_layer import Serdes
-from speed_layer.runtime import stream_thread
+from speed_layer.runtime import input_buffers
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_runtime_equivalence import build, data, driver_results  # noqa: E402
@@ -31,21 +31,20 @@ pytestmark = pytest.mark.broker
 
 def test_paused_and_resumed_partitions_give_the_drivers_results(runtime_kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     kit = runtime_kit
-    monkeypatch.setattr(stream_thread, "HELD_BYTES_PER_PARTITION", 64)
+    monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", 64)
     paused: set[tuple[str, int]] = set()
     resumed = 0
-    real = stream_thread.StreamThread._pause_resume
+    real = input_buffers.InputBuffers.pause_resume
 
-    def spy(self: stream_thread.StreamThread) -> None:
+    def spy(self: input_buffers.InputBuffers, consumer: Any) -> None:
         nonlocal resumed
-        before = set(self._paused)
-        real(self)
-        paused.update(self._paused - before)
-        resumed += len(before - self._paused)
-        limit = self.config.buffered_records_per_partition
-        assert all(task.buffered_in(*tp) <= limit for tp, task in self.tp_task.items())
+        before = set(self.paused)
+        real(self, consumer)
+        paused.update(self.paused - before)
+        resumed += len(before - self.paused)
+        assert all(task.buffered_in(*tp) <= self.limit for tp, task in self.tp_task.items())
 
-    monkeypatch.setattr(stream_thread.StreamThread, "_pause_resume", spy)
+    monkeypatch.setattr(input_buffers.InputBuffers, "pause_resume", spy)
     t = kit.topics(users=2, orders=2, enriched=2, counts=2)
     users, orders = data()
     kit.produce(t["users"], users)

@@ -1,0 +1,183 @@
+"""A stream thread's fetched records on their way into its tasks' partition buffers.
+
+Kafka's ``StreamThread#addRecordsToTasks`` hands each polled record to its task's
+``PartitionGroup``, and a task pauses a partition whose buffer holds
+``buffered.records.per.partition`` records while its consumer keeps what it had fetched
+(KAFKA-7548). librdkafka throws away what it prefetched for a paused partition, so
+:class:`InputBuffers` keeps up to ``HELD_BYTES_PER_PARTITION`` bytes of records per
+partition itself ("held", oldest first) before it pauses the partition, moves them into the
+task buffer as room frees up, and resumes the partition once nothing is held and its buffer
+is below the limit again. It also records, per partition, the end-of-partition events and
+the next offset fetched (:class:`Readiness` reads them) and consumer errors.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from ..errors import StreamsException
+from .readiness import Readiness
+from .task import RawRecord, StreamTask
+
+log = logging.getLogger("speed_layer.thread")
+
+__all__ = ["InputBuffers", "HELD_BYTES_PER_PARTITION", "MISSING_TOPIC_TIMEOUT_S"]
+
+TP = tuple[str, int]
+#: how long a subscribed topic may be reported missing before the thread fails, s
+MISSING_TOPIC_TIMEOUT_S = 30.0
+#: bytes (keys and values) of consumed records a partition whose task buffer holds
+#: ``buffered.records.per.partition`` records may keep waiting before it is paused: the
+#: Java consumer's ``max.partition.fetch.bytes`` default, one fetch of the partition, which
+#: Java's consumer keeps for a paused partition (KAFKA-7548) and librdkafka throws away
+HELD_BYTES_PER_PARTITION = 1_048_576
+
+#: ``RawRecord`` is a NamedTuple: ``_new_raw(RawRecord, fields)`` builds one without the
+#: Python ``__init__`` frame (once per consumed record)
+_new_raw = tuple.__new__
+
+
+def _held_size(raw: RawRecord) -> int:
+    """Bytes a held record counts against ``HELD_BYTES_PER_PARTITION``: key and value."""
+    return len(raw.key or b"") + len(raw.value or b"")
+
+
+class InputBuffers:
+    """The held records and paused partitions of one stream thread.
+
+    ``tp_task`` (partition -> its task) and ``readiness`` are the thread's own, shared;
+    ``limit`` is ``buffered.records.per.partition``; ``owner`` names the thread in errors.
+    """
+
+    def __init__(self, tp_task: dict[TP, StreamTask], readiness: Readiness, limit: int, owner: str) -> None:
+        self.tp_task = tp_task
+        self.readiness = readiness
+        self.limit = limit
+        self.owner = owner
+        #: records waiting for room in their task buffer, oldest first, and their bytes
+        self.held: dict[TP, deque[RawRecord]] = {}
+        self.held_bytes: dict[TP, int] = {}
+        #: partitions this thread paused
+        self.paused: set[TP] = set()
+        self._missing_since: float | None = None
+
+    def holds(self, tp: TP) -> bool:
+        """Whether records of ``tp`` wait outside its task buffer."""
+        return tp in self.held
+
+    def any_held(self) -> bool:
+        return bool(self.held)
+
+    def waiting_input(self, tp: TP) -> bool:
+        """Whether more records of ``tp`` may arrive from the consumer: neither paused nor
+        holding records back."""
+        return tp not in self.paused and tp not in self.held
+
+    def forget(self, tp: TP) -> None:
+        """Drop what is held for a partition whose task closed."""
+        self.paused.discard(tp)
+        self.held.pop(tp, None)
+        self.held_bytes.pop(tp, None)
+
+    def add(self, msgs: list[Any]) -> None:
+        """Buffer consumed records in their tasks' partition queues, up to ``limit`` each,
+        the rest held; note ends of partitions and consumer errors.
+
+        Raises:
+            StreamsException: on a fatal consumer error, or when a source topic has been
+                missing for ``MISSING_TOPIC_TIMEOUT_S`` seconds (Kafka's
+                MissingSourceTopicException).
+        """
+        tp_task, eof, fetched = self.tp_task, self.readiness.eof, self.readiness.fetched_next
+        limit = self.limit
+        last_tp: TP | None = None
+        queue: Any = None
+        room = 0
+        offset = -1
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if last_tp is not None:
+                    fetched[last_tp] = offset + 1
+                last_tp = None
+                tp = (msg.topic(), msg.partition())
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if tp in tp_task:
+                        eof[tp] = True
+                    continue
+                if err.fatal():
+                    raise StreamsException(f"consumer of {self.owner} failed: {err.str()}")
+                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # Kafka: MissingSourceTopicException; tolerated briefly (metadata lag)
+                    self._missing_since = self._missing_since or time.monotonic()
+                    if time.monotonic() - self._missing_since > MISSING_TOPIC_TIMEOUT_S:
+                        raise StreamsException(f"source topic missing for {MISSING_TOPIC_TIMEOUT_S:.0f} s: {err.str()}")
+                log.warning("consumer of %s: %s", self.owner, err.str())
+                continue
+            topic, partition = msg.topic(), msg.partition()
+            tp = (topic, partition)
+            if tp != last_tp:
+                task = tp_task.get(tp)
+                if task is None:
+                    continue  # revoked meanwhile
+                if last_tp is not None:
+                    fetched[last_tp] = offset + 1
+                eof[tp] = False
+                queue = task.queue(topic, partition)
+                room = 0 if tp in self.held else limit - len(queue)
+                last_tp = tp
+            offset = msg.offset()
+            raw = _new_raw(RawRecord, (topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers() or ()))
+            if room > 0:
+                queue.append(raw)
+                room -= 1
+            else:
+                self._hold(tp, raw)
+        if last_tp is not None:
+            fetched[last_tp] = offset + 1
+
+    def _hold(self, tp: TP, raw: RawRecord) -> None:
+        held = self.held.get(tp)
+        if held is None:
+            held = self.held[tp] = deque()
+        held.append(raw)
+        self.held_bytes[tp] = self.held_bytes.get(tp, 0) + _held_size(raw)
+
+    def pause_resume(self, consumer: Consumer) -> None:
+        """Move held records into their task buffers while these hold fewer than ``limit``
+        records; pause a partition once it holds ``HELD_BYTES_PER_PARTITION`` bytes besides
+        (Kafka's ``StreamTask#addRecords`` pauses a partition whose buffer is over the
+        limit, but its consumer keeps what it fetched), resume it once nothing is held and
+        its buffer is below the limit again."""
+        limit = self.limit
+        pause, resume = [], []
+        held_bytes = self.held_bytes
+        for tp, held in list(self.held.items()):
+            queue = self.tp_task[tp].queue(*tp)
+            room = limit - len(queue)
+            if room > 0:
+                n = held_bytes[tp]
+                popleft, append = held.popleft, queue.append
+                for _ in range(min(room, len(held))):
+                    raw = popleft()
+                    n -= _held_size(raw)
+                    append(raw)
+                held_bytes[tp] = n
+                if not held:
+                    del self.held[tp], held_bytes[tp]
+                    continue
+            if tp not in self.paused and held_bytes[tp] >= HELD_BYTES_PER_PARTITION:
+                pause.append(tp)
+        for tp in self.paused:
+            if tp not in self.held and self.tp_task[tp].buffered_in(*tp) < limit:
+                resume.append(tp)
+        if pause:
+            consumer.pause([TopicPartition(t, p) for t, p in pause])
+            self.paused.update(pause)
+        if resume:
+            consumer.resume([TopicPartition(t, p) for t, p in resume])
+            self.paused.difference_update(resume)
