@@ -71,6 +71,27 @@ def tree_cpu_seconds() -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def jvm_cpu_seconds() -> float | None:
+    """CPU seconds (user + system) of Spark's JVM, the ``java`` child of this process (the
+    rest of :func:`tree_cpu_seconds` is this driver and the Python workers); None without
+    ``/proc`` or before Spark started."""
+    try:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+            if name == "java" and int(rest[1]) == os.getpid():
+                return sum(int(x) for x in rest[11:13]) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+    return None
+
+
 def write_lake(lake: Path, flights: int | None) -> int:
     """Raw Delta tables of the four topics, partitioned as the Java producer would."""
     n = 0
@@ -190,15 +211,20 @@ def main() -> None:
     print(f"records: {records:,} ({args.flights or 'all'} flights)")
     times: dict[str, list[float]] = {"duet": [], "hand": [], "general": [], "unfused": []}
     cpus: dict[str, list[float]] = {k: [] for k in times}
+    jvm: dict[str, list[float]] = {k: [] for k in times}  # the JVM's part of cpus
+    loads: list[float] = [os.getloadavg()[0]]
     topology = build_topology()
 
     def timed(name: str, fn: Any) -> None:
-        t0, c0 = time.perf_counter(), tree_cpu_seconds()
+        t0, c0, j0 = time.perf_counter(), tree_cpu_seconds(), jvm_cpu_seconds()
         fn()
         times[name].append(time.perf_counter() - t0)
-        c1 = tree_cpu_seconds()
+        c1, j1 = tree_cpu_seconds(), jvm_cpu_seconds()
         if c0 is not None and c1 is not None:
             cpus[name].append(c1 - c0)
+        if j0 is not None and j1 is not None:
+            jvm[name].append(j1 - j0)
+        loads.append(os.getloadavg()[0])
 
     def general() -> None:
         # the same raw tables, the views written under another root
@@ -223,6 +249,11 @@ def main() -> None:
           f"ratio duet/hand-written = {med['duet'] / med['hand']:.2f} (target <= 1.2)   load {os.getloadavg()[0]:.1f}")
     if "duet" in cpu and "hand" in cpu:
         print(f"  CPU: duet {cpu['duet']:.1f} s   hand-written {cpu['hand']:.1f} s   ratio {cpu['duet'] / cpu['hand']:.2f}")
+    if jvm["duet"] and jvm["hand"]:
+        jd, jh = statistics.median(jvm["duet"]), statistics.median(jvm["hand"])
+        print(f"  of which the JVM: duet {jd:.1f} s (Python workers and driver {cpu['duet'] - jd:.1f} s)   "
+              f"hand-written {jh:.1f} s")
+    print(f"  load average (1 min) after each timed run: {' '.join(f'{x:.1f}' for x in loads)}")
     for view, (eq, n) in agreement(lake, hand).items():
         print(f"  {view}: hand-written == duet on {eq:,}/{n:,} rows ({eq / max(n, 1):.2%})")
     if "unfused" in med:

@@ -165,6 +165,9 @@ class ViewRep:
     pending: PendingFold | None = None
 
 
+#: ``grp`` of :meth:`ExecContext.sorted_folds`: ``cid << 48 | hash(key bucket, block) & mask``
+_GROUP_HASH_BITS = 48
+_GROUP_HASH_MASK = (1 << _GROUP_HASH_BITS) - 1
 _SPLIT_BYTES = 128 << 20  # spark.sql.files.maxPartitionBytes' default
 _SMALL_BYTES = 8 << 20  # below this, one task is as fast as a repartition
 
@@ -387,15 +390,20 @@ class ExecContext:
     def sorted_folds(self, prep: "DataFrame", folds: dict[int, Any]) -> "DataFrame":
         """The view rows (:data:`_fused.FUSED_VIEW_SCHEMA`) of ``prep``'s rows
         (:data:`_fused.FUSED_AGG_SCHEMA`) folded by ``folds[cid]``: one shuffle and one
-        ``applyInArrow`` call (``_fused.FusedFold``) per group, a group being a 64-bit hash
-        ``grp`` of ``(cid, key bucket, block)``: Spark sorts the rows by that one long (a
-        radix sort) and the fold sorts each key's rows in batch order. ``mid`` numbers the
+        ``applyInArrow`` call (``_fused.FusedFold``) per group, a group being one long
+        ``grp``, ``cid`` in its top 15 bits and a 48-bit hash of ``(key bucket, block)``
+        below: Spark sorts the rows by that one long (a radix sort) and the fold sorts each
+        key's rows in batch order. ``mid`` numbers the
         rows in the order the pass emitted them (the tie-break of equal order keys)."""
         from pyspark.sql import functions as F
 
         from . import _fused as fu
 
-        grp = F.xxhash64(F.col("cid"), self.bucket("gk"), F.col("blk")).alias("grp")
+        # cid in the top bits: each output partition comes out view by view, so the
+        # persisted result's cached batches hold one view each and a view's scan skips
+        # the others' batches (partition pruning on the cid column's batch statistics)
+        hashed = F.xxhash64(self.bucket("gk"), F.col("blk")).bitwiseAND(F.lit(_GROUP_HASH_MASK))
+        grp = F.shiftleft(F.col("cid").cast("long"), _GROUP_HASH_BITS).bitwiseOR(hashed).alias("grp")
         prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("grp", grp)
         return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fu.FusedFold(folds)), fu.FUSED_VIEW_SCHEMA)
 

@@ -465,26 +465,45 @@ class AggPrepEmitter:
         ``memo`` (the fused pass, one pair per input record): encodings of key and of value
         objects already encoded for another view of the same record, by object identity
         (:data:`Memo`)."""
-        if r[0] is None or (r[1] is None and not self.keep_null_values):
+        k, v = r[0], r[1]
+        if k is None or (v is None and not self.keep_null_values):
             return None
         try:
             if memo is None:
-                kb = encode_key(r[0])
-                vb = None if self.value_free else encode_value(r[1])
-            else:
-                kb = _memo(memo[0], encode_key, r[0])
-                vb = None if self.value_free else _memo(memo[1], encode_value, r[1])
+                kb = encode_key(k)
+                vb = None if self.value_free else encode_value(v)
+            else:  # the memo lookups inline: the fused pass's hot path
+                key_memo, value_memo = memo
+                hit = key_memo.get(id(k))
+                if hit is not None and hit[0] is k:
+                    kb = hit[1]
+                else:
+                    kb = encode_key(k)
+                    key_memo[id(k)] = (k, kb)
+                if self.value_free:
+                    vb = None
+                else:
+                    hit = value_memo.get(id(v))
+                    if hit is not None and hit[0] is v:
+                        vb = hit[1]
+                    else:
+                        vb = encode_value(v)
+                        value_memo[id(v)] = (v, vb)
             if self.store_key_serde is None:
                 gk, kb = kb, None  # k would repeat gk: null, the folds read gk
             else:
-                gk = self.store_key_serde.serialize(r[0])
+                gk = self.store_key_serde.serialize(k)
         except Exception:  # noqa: BLE001
             add_error(errs, self.node, rid(r))
             return None
-        if self.size is None:
-            return gk, (0,), kb, vb
-        first, last = window_starts_range(r[2], self.size, self.adv)
-        return gk, (range(first // self.block, last // self.block + 1) if first <= last else ()), kb, vb
+        size = self.size
+        if size is None:
+            return gk, _ONE_BLOCK, kb, vb
+        first, last = window_starts_range(r[2], size, self.adv)
+        if first > last:
+            return gk, (), kb, vb
+        b0, b1 = first // self.block, last // self.block
+        return gk, ((b0,) if b0 == b1 else range(b0, b1 + 1)), kb, vb
 
     def emit(self, r: Rec, buf: list[list[Any]], errs: Errors) -> None:
         """Appends ``r``'s rows to ``buf`` (:meth:`prepare`)."""
@@ -502,15 +521,11 @@ class AggPrepEmitter:
 
 #: ``id(object) -> (object, its encoding)``: holding the object keeps its id unique
 Memo = dict
-
-
-def _memo(memo: Memo, fn: Callable[[Any], bytes], obj: Any) -> bytes:
-    hit = memo.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    out = fn(obj)
-    memo[id(obj)] = (obj, out)
-    return out
+#: the blocks of a record of an aggregation without blocks of window starts
+_ONE_BLOCK = (0,)
+#: key types whose decoded object the folds hand to every record of the key instead of
+#: decoding the same bytes again (immutable: no user function can tell the difference)
+_SHAREABLE_KEYS = frozenset({str, int, float, bool, bytes})
 
 
 def _no_value(data: bytes | None) -> None:
@@ -727,8 +742,11 @@ class TimeWindowFold(_Fold):
         rows = []
         for _gk, recs in keys:
             aggs: dict[int, list[Any]] = {}  # start -> [aggregate, max ts, key, last record id]
+            last_kb, key = None, None
             for _, ts, p, o, src, _seq, kb, vb in recs:
-                key, value, ident = decode_key(kb), loads(vb), (src, p, o)
+                if kb != last_kb or type(key) not in _SHAREABLE_KEYS:  # an immutable key is decoded once per key
+                    key, last_kb = decode_key(kb), kb
+                value, ident = loads(vb), (src, p, o)
                 # window_starts_range(ts, size, adv), clipped to the block (ts >= 0: decoders drop the rest)
                 s = ts - size + adv
                 if s < 0:
@@ -803,8 +821,11 @@ class SessionFold(_Fold):
         gap, init, agg_fn, merger = self.gap, self.initializer, self.aggregator, self.merger
         loads = _no_value if self.value_free else decode_value
         sessions: list[list[Any]] = []
+        last_kb, key = None, None
         for _, ts, p, o, src, _seq, kb, vb in recs:
-            key, value, ident = decode_key(kb), loads(vb), (src, p, o)
+            if kb != last_kb or type(key) not in _SHAREABLE_KEYS:  # an immutable key is decoded once per key
+                key, last_kb = decode_key(kb), kb
+            value, ident = loads(vb), (src, p, o)
             try:
                 # find_sessions(key, ts - gap, ts + gap): end >= ts - gap, start <= ts + gap, by (end, start)
                 idx = []
@@ -852,8 +873,11 @@ class PlainFold(_Fold):
         rows = []
         for _gk, recs in keys:
             state: list[Any] | None = None  # [aggregate, ts, key, record id]
+            last_kb, key = None, None
             for _, ts, p, o, src, _seq, kb, vb in recs:
-                key, value = decode_key(kb), loads(vb)
+                if kb != last_kb or type(key) not in _SHAREABLE_KEYS:  # an immutable key is decoded once per key
+                    key, last_kb = decode_key(kb), kb
+                value = loads(vb)
                 try:
                     if state is None:
                         a = value if init is None else agg_fn(key, value, init())
