@@ -478,7 +478,7 @@ class WindowStore(_StoreBase):
     def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
         kb = self._key_bytes(key) + _Q.pack(start)  # cached stores never retain duplicates
         deleted = vt is None or vt.value is None
-        old = self._flush_old(kb, deleted) if deleted or self.send_old_values else None
+        old = self._flush_old(kb, deleted)
         ts = vt.timestamp if vt is not None else (old.timestamp if old is not None else -1)
         self._write(kb, self._encode_value(vt), ts)
         if self.flush_listener is not None and not (deleted and old is None):
