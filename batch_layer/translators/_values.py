@@ -21,7 +21,6 @@ give back exactly what pickle would.
 """
 from __future__ import annotations
 
-import math
 import pickle
 from typing import Any
 
@@ -39,20 +38,9 @@ _OPEN_BRACE = 0x7B  # b"{"[0]; a protocol-5 pickle starts with 0x80
 _NULL = b"null"
 
 
-def is_flat_json(value: Any) -> bool:
-    """Whether ``value`` is a ``dict`` (exact type) of ``str`` keys and JSON atoms of exact
-    types (``str``, ``int``, ``float``, ``bool``, ``None``) with finite floats."""
-    if type(value) is not dict:
-        return False
-    kinds = set(map(type, value.values()))
-    if not kinds <= _JSON_ATOMS or not set(map(type, value)) <= {str}:
-        return False
-    return float not in kinds or all(math.isfinite(x) for x in value.values() if type(x) is float)
-
-
 def encode_value(value: Any) -> bytes:
     """``value`` as bytes for :func:`decode_value`: orjson's JSON for a flat JSON-like dict
-    (:func:`is_flat_json`), else ``pickle.dumps(value, protocol=5)``.
+    (as the module docstring defines it), else ``pickle.dumps(value, protocol=5)``.
 
     The check is done mostly by orjson itself: with ``_OPTS`` it refuses non-``str`` and
     subclassed keys, subclassed values, ints beyond 53 bits and strings that are not
