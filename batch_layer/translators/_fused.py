@@ -24,12 +24,15 @@ Record tuples, frames and error accounting are those of :mod:`._runtime`.
 """
 from __future__ import annotations
 
-from itertools import groupby
+from array import array
+from itertools import accumulate, groupby
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from speed_layer.runtime import gc_tuning
 
 from . import _runtime as rt
 
@@ -73,8 +76,9 @@ def arrow_schema(ddl: str) -> pa.Schema:
     return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in (f.split() for f in ddl.split(","))])
 
 
-def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_acc: Any,
-                         wm_acc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_acc: Any, wm_acc: Any,
+                         gc_thresholds: tuple[int, int, int] | None = None,
+                         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one input feeding several consumers ``(cid, steps,
     emitter[, rank])`` (``_runtime.AggPrepEmitter`` objects): decode each row once (the batch converted to
     pandas as ``mapInPandas`` would), run it through the step trie (a step that raises drops
@@ -86,7 +90,12 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     then in the order the trie walk emits them: a view reading the input through several
     paths (branches merged again) gets ranks in the order the speed layer delivers a
     record along those paths (``ExecContext._fused``), which the fold keeps for rows with
-    equal order keys (``mid``)."""
+    equal order keys (``mid``).
+
+    ``gc_thresholds`` (the topology's ``python.gc.thresholds``, see
+    ``speed_layer.runtime.gc_tuning``) are the worker's collector thresholds while the pass
+    runs: the rows of a batch live until it is converted, so with CPython's defaults they
+    set off a young collection every 700 rows and walk the worker's heap again and again."""
     root = step_trie(consumers)
     schema = arrow_schema(FUSED_AGG_SCHEMA)
     ranks = 1 + max((c[3] for c in consumers if len(c) > 3), default=0)
@@ -115,6 +124,14 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                 walk(child, nxt, outs, errs, memo)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        held = gc_tuning.acquire(gc_thresholds)
+        try:
+            yield from passes(batches)
+        finally:
+            if held:
+                gc_tuning.release()
+
+    def passes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         errs: rt.Errors = {}
         for batch in batches:
             out: list[tuple[Any, ...]] = []
@@ -137,7 +154,36 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
 def arrow_batch(schema: pa.Schema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     """A record batch of ``schema`` from row tuples (one value per field, in order)."""
     cols: list[Any] = list(zip(*rows)) if rows else [() for _ in schema]
-    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+    return pa.RecordBatch.from_arrays([binary_array(c) if f.type == _BINARY else pa.array(c, type=f.type)
+                                       for c, f in zip(cols, schema)], schema=schema)
+
+
+_BINARY = pa.binary()
+_MAX_OFFSET = (1 << 31) - 1
+
+
+def binary_array(values: Any) -> pa.Array:
+    """``pa.array(values, pa.binary())`` (``bytes`` or None), built from one ``b"".join``
+    and its offsets: ``pa.array`` appends the values one by one, a cost that grows with
+    their size (the fused pass's ~450-byte joined flights). Anything else (past 32-bit
+    offsets, a value ``join`` refuses) goes to ``pa.array``."""
+    n = len(values)
+    nulls = values.count(None)
+    if nulls == n:
+        return pa.nulls(n, _BINARY)
+    valid, present = None, values
+    if nulls:
+        valid = pa.array([x is not None for x in values], pa.bool_()).buffers()[1]
+        present = [b"" if x is None else x for x in values]
+    try:
+        data = b"".join(present)
+    except TypeError:
+        return pa.array(values, type=_BINARY)
+    if len(data) > _MAX_OFFSET:
+        return pa.array(values, type=_BINARY)
+    offsets = array("i", [0])
+    offsets.extend(accumulate(map(len, present)))
+    return pa.Array.from_buffers(_BINARY, n, [valid, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 #: the columns of :data:`FUSED_AGG_SCHEMA` a fold reads, in the order of the rows
@@ -161,11 +207,14 @@ class FusedFold:
     the pass emitted them. Then the fold of consumer ``cid`` (``folds[cid]``, a
     ``_runtime._Fold``) runs over each ``(cid, blk)``'s keys, each key's rows
     ``(gk, ts, p, o, src, seq, k, v)`` (``k`` is ``gk`` where the row has none); its view
-    rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table)."""
+    rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table). The worker's
+    collector thresholds are ``gc_thresholds`` during the call (see
+    :func:`fused_chain_function`)."""
 
-    def __init__(self, folds: dict[int, Any]) -> None:
+    def __init__(self, folds: dict[int, Any], gc_thresholds: tuple[int, int, int] | None = None) -> None:
         self.folds = folds
         self.schema = arrow_schema(FUSED_VIEW_SCHEMA)
+        self.gc_thresholds = gc_thresholds
 
     def sorted_table(self, table: pa.Table) -> pa.Table:
         """``table`` sorted by ``(cid, blk, gk)`` then batch order (see the class docstring)."""
@@ -186,6 +235,15 @@ class FusedFold:
         return table.take(pc.sort_indices(table, sort_keys=keys))
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        held = gc_tuning.acquire(self.gc_thresholds)
+        try:
+            return self.folded(table)
+        finally:
+            if held:
+                gc_tuning.release()
+
+    def folded(self, table: pa.Table) -> pa.Table:
+        """The view rows of ``table`` (see the class docstring)."""
         out: list[tuple[Any, ...]] = []
         if table.num_rows:
             table = self.sorted_table(table)

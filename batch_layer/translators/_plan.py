@@ -379,7 +379,8 @@ class ExecContext:
             else:
                 df = self.raw_frame(base.topic)
                 decoder = rt.RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
-            fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc)
+            fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
+                                         self.plan.config.python_gc_thresholds)
             frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
         prep = reduce(lambda a, b: a.unionByName(b), frames)
         out = self.sorted_folds(prep, {cid: pending[name].fold for cid, name in enumerate(names)})
@@ -405,7 +406,8 @@ class ExecContext:
         hashed = F.xxhash64(self.bucket("gk"), F.col("blk")).bitwiseAND(F.lit(_GROUP_HASH_MASK))
         grp = F.shiftleft(F.col("cid").cast("long"), _GROUP_HASH_BITS).bitwiseOR(hashed).alias("grp")
         prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("grp", grp)
-        return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fu.FusedFold(folds)), fu.FUSED_VIEW_SCHEMA)
+        fold = fu.FusedFold(folds, self.plan.config.python_gc_thresholds)
+        return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fold), fu.FUSED_VIEW_SCHEMA)
 
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""

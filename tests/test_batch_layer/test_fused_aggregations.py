@@ -152,3 +152,49 @@ def test_trie_shares_equal_prefixes_only() -> None:
     node_a = root.children[id(a)][1]
     assert [s for s, _n in node_a.children.values()] == [b, c]
     assert node_a.children[id(b)][1].ends == [(0, "e0", 0), (3, "e3", 0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=30))
+def test_binary_array_equals_arrow_builder(values: list[bytes | None]) -> None:
+    got = fu.binary_array(values)
+    got.validate(full=True)
+    assert got.equals(pa.array(values, type=pa.binary()))
+    assert got.null_count == values.count(None)
+
+
+def test_binary_array_falls_back_to_arrow_for_other_values() -> None:
+    for values in ([bytearray(b"ab"), None, memoryview(b"cd")], ["text", None], (b"x", b"")):
+        got = fu.binary_array(values)
+        got.validate(full=True)
+        assert got.equals(pa.array(list(values), type=pa.binary()))
+
+
+def test_fused_pass_and_fold_run_under_the_given_gc_thresholds() -> None:
+    """The pass and the fold raise the worker's collector thresholds while they run (the
+    topology's ``python.gc.thresholds``) and put the interpreter's back afterwards."""
+    import gc
+
+    seen: list[tuple[int, int, int]] = []
+
+    def mapper(v: dict) -> dict:
+        seen.append(gc.get_threshold())
+        return v
+
+    def add(k: Any, v: dict, a: int) -> int:
+        seen.append(gc.get_threshold())
+        return a + v["x"]
+
+    before = gc.get_threshold()
+    wanted = (before[0] + 1234, before[1] + 1, before[2] + 1)
+    op = ops.AggregateOp("aggregate", "p", lambda: 0, add, None)
+    consumers = [(0, (rt.MapValuesStep("m", mapper, with_key=False),), rt.AggPrepEmitter("p", None, None, None, None))]
+    raw = pa.RecordBatch.from_pydict({"key": [b"a", b"b"], "value": [b'{"x": 1}', b'{"x": 2}'], "timestamp": [1, 2],
+                                      "partition": [0, 0], "offset": [0, 1]})
+    decoder = rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
+    out = list(fu.fused_chain_function(decoder, consumers, _Acc(), _Max(), wanted)(iter([raw])))
+    assert seen == [wanted, wanted] and gc.get_threshold() == before
+    prep = pd.concat([b.to_pandas() for b in out], ignore_index=True)
+    rows = _spark_grouped(prep, fu.FusedFold({0: rt.PlainFold("p", op, _Acc())}, wanted))
+    assert [r[3] for r in rows] == ["1", "2"]
+    assert seen == [wanted] * 4 and gc.get_threshold() == before
