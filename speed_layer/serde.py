@@ -66,9 +66,11 @@ _json_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 #: values orjson would write otherwise than the standard library (subclasses of str, int,
 #: dict, list; dataclasses; datetimes) raise instead, and go to the standard library
 _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-#: digits -> "0", "." -> ".", "e"/"E" -> "e", everything else -> " ": a float orjson writes
-#: with an exponent ("0e") or below 1e-4 ("0.0000") may differ from Python's repr
-_FLOAT_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 else i if i == 0x2E else 0x65 if i in (0x45, 0x65) else 0x20 for i in range(256))
+#: digits and "-" -> "0", "." and "e" -> themselves, everything else -> " ": a float orjson
+#: writes with an exponent ("1e16", "1e-7": "0e0" here) or below 1e-4 ("0.00001": "0.0000")
+#: may differ from Python's repr. (orjson writes neither "E" nor "e+"; a string such as
+#: "9E", the carrier code, no longer sends a value to the standard library's encoder)
+_FLOAT_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 or i == 0x2D else i if i in (0x2E, 0x65) else 0x20 for i in range(256))
 #: digits -> "0", everything else -> " ": a run of 19 "0"s in the translated bytes is a
 #: run of 19 digits, an integer that may not fit in 64 bits, which orjson would read as a
 #: float (the standard library reads it as an exact int); faster than a regex
@@ -93,7 +95,7 @@ def _json_dumps(value: Any) -> bytes:
         return _json_encode(value).encode()
     if out.isascii() and b"null" not in out and b"\x7f" not in out:
         shape = out.translate(_FLOAT_SHAPE)
-        if b"0e" not in shape and b"0.0000" not in shape:
+        if b"0e0" not in shape and b"0.0000" not in shape:
             return out
     return _json_encode(value).encode()
 
