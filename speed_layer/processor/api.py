@@ -24,17 +24,22 @@ class Record(NamedTuple):
     timestamp: int
     headers: Headers = ()  # type: ignore[assignment]
 
+    # (the copies are built by ``tuple.__new__``: a NamedTuple's own ``__new__`` is a Python
+    # function, one more frame per record and processor)
     def with_key(self, key: Any) -> "Record":
-        return Record(key, self.value, self.timestamp, self.headers)
+        return _new_tuple(Record, (key, self[1], self[2], self[3]))
 
     def with_value(self, value: Any) -> "Record":
-        return Record(self.key, value, self.timestamp, self.headers)
+        return _new_tuple(Record, (self[0], value, self[2], self[3]))
 
     def with_timestamp(self, timestamp: int) -> "Record":
-        return Record(self.key, self.value, timestamp, self.headers)
+        return _new_tuple(Record, (self[0], self[1], timestamp, self[3]))
 
     def with_headers(self, headers: Headers) -> "Record":
-        return Record(self.key, self.value, self.timestamp, list(headers))
+        return _new_tuple(Record, (self[0], self[1], self[2], list(headers)))
+
+
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from ..api import Change, Record
 from ..internals import InternalProcessorContext
 from .base import OpProcessor, versioned_upstream
 
+#: builds a :class:`Record` without its Python ``__new__`` frame (the per-record hot path)
+_new_tuple = tuple.__new__
+
 
 class SourceProcessor(OpProcessor):
     """Forwards the deserialized record (deserialization happens in the task)."""
@@ -28,7 +31,7 @@ class MapProcessor(OpProcessor):
             self.forward(record.with_key(self.op.mapper(record.key, record.value)))
             return
         k, v = self.op.mapper(record.key, record.value)
-        self.forward(Record(k, v, record.timestamp, record.headers))
+        self.forward(_new_tuple(Record, (k, v, record.timestamp, record.headers)))
 
 
 class MapValuesProcessor(OpProcessor):
@@ -40,7 +43,7 @@ class MapValuesProcessor(OpProcessor):
 class FlatMapProcessor(OpProcessor):
     def process(self, record: Record[Any, Any]) -> None:
         for k, v in self.op.mapper(record.key, record.value):
-            self.forward(Record(k, v, record.timestamp, record.headers))
+            self.forward(_new_tuple(Record, (k, v, record.timestamp, record.headers)))
 
 
 class FlatMapValuesProcessor(OpProcessor):
