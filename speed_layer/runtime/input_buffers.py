@@ -41,11 +41,6 @@ HELD_BYTES_PER_PARTITION = 1_048_576
 _new_raw = tuple.__new__
 
 
-def _held_size(raw: RawRecord) -> int:
-    """Bytes a held record counts against ``HELD_BYTES_PER_PARTITION``: key and value."""
-    return len(raw.key or b"") + len(raw.value or b"")
-
-
 class InputBuffers:
     """The held records and paused partitions of one stream thread.
 
@@ -98,11 +93,18 @@ class InputBuffers:
         queue: Any = None
         room = 0
         offset = -1
+        # the records of the current partition beyond its room, held once the partition
+        # changes (one deque extend and one bytes update per run of records, not per record)
+        over: list[RawRecord] = []
+        over_bytes = 0
         for msg in msgs:
             err = msg.error()
             if err is not None:
                 if last_tp is not None:
                     fetched[last_tp] = offset + 1
+                    if over:
+                        self._hold(last_tp, over, over_bytes)
+                        over, over_bytes = [], 0
                 last_tp = None
                 tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
@@ -126,26 +128,34 @@ class InputBuffers:
                     continue  # revoked meanwhile
                 if last_tp is not None:
                     fetched[last_tp] = offset + 1
+                    if over:
+                        self._hold(last_tp, over, over_bytes)
+                        over, over_bytes = [], 0
                 eof[tp] = False
                 queue = task.queue(topic, partition)
                 room = 0 if tp in self.held else limit - len(queue)
                 last_tp = tp
             offset = msg.offset()
-            raw = _new_raw(RawRecord, (topic, partition, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers() or ()))
+            key, value = msg.key(), msg.value()
+            raw = _new_raw(RawRecord, (topic, partition, offset, key, value, msg.timestamp()[1], msg.headers() or ()))
             if room > 0:
                 queue.append(raw)
                 room -= 1
             else:
-                self._hold(tp, raw)
+                over.append(raw)
+                over_bytes += (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes (HELD_BYTES_PER_PARTITION)
         if last_tp is not None:
             fetched[last_tp] = offset + 1
+            if over:
+                self._hold(last_tp, over, over_bytes)
 
-    def _hold(self, tp: TP, raw: RawRecord) -> None:
+    def _hold(self, tp: TP, raws: list[RawRecord], nbytes: int) -> None:
+        """Hold ``raws`` (consecutive records of ``tp``, ``nbytes`` bytes of keys and values)."""
         held = self.held.get(tp)
         if held is None:
             held = self.held[tp] = deque()
-        held.append(raw)
-        self.held_bytes[tp] = self.held_bytes.get(tp, 0) + _held_size(raw)
+        held.extend(raws)
+        self.held_bytes[tp] = self.held_bytes.get(tp, 0) + nbytes
 
     def pause_resume(self, consumer: Consumer) -> None:
         """Move held records into their task buffers while these hold fewer than ``limit``
@@ -164,7 +174,8 @@ class InputBuffers:
                 popleft, append = held.popleft, queue.append
                 for _ in range(min(room, len(held))):
                     raw = popleft()
-                    n -= _held_size(raw)
+                    key, value = raw[3], raw[4]
+                    n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes (HELD_BYTES_PER_PARTITION)
                     append(raw)
                 held_bytes[tp] = n
                 if not held:
