@@ -68,6 +68,10 @@ def step_trie(consumers: list[tuple[Any, ...]]) -> _TrieNode:
     return root
 
 
+#: the most ``(key, set of windows)`` counts a fused pass holds before it emits them
+#: (``fused_chain_function``'s ``precount``)
+PRECOUNT_MAX = 1 << 16
+
 _ARROW_TYPES = {"binary": pa.binary(), "long": pa.int64(), "int": pa.int32(), "string": pa.string()}
 
 
@@ -77,7 +81,7 @@ def arrow_schema(ddl: str) -> pa.Schema:
 
 
 def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_acc: Any, wm_acc: Any,
-                         gc_thresholds: tuple[int, int, int] | None = None,
+                         gc_thresholds: tuple[int, int, int] | None = None, precount: frozenset[int] = frozenset(),
                          ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one input feeding several consumers ``(cid, steps,
     emitter[, rank])`` (``_runtime.AggPrepEmitter`` objects): decode each row once (the batch converted to
@@ -95,7 +99,17 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     ``gc_thresholds`` (the topology's ``python.gc.thresholds``, see
     ``speed_layer.runtime.gc_tuning``) are the worker's collector thresholds while the pass
     runs: the rows of a batch live until it is converted, so with CPython's defaults they
-    set off a young collection every 700 rows and walk the worker's heap again and again."""
+    set off a young collection every 700 rows and walk the worker's heap again and again.
+
+    ``precount``: consumers whose fold is a count over time windows
+    (``_runtime.TimeWindowFold.precounting``). Their records are not emitted one row each:
+    the pass counts them per ``(key, set of windows)`` (the records of one key whose
+    timestamps fall in the same windows) and emits one row per such set and block, its
+    ``ts`` the largest of the set and its ``v`` the number of records (ASCII digits), when
+    the task's input ends or the counts reach :data:`PRECOUNT_MAX` entries. A count's
+    aggregator (``agg + 1``, the speed layer's) ignores key, value and order and cannot
+    fail, so the sums are the counts; the view's timestamp is the largest record timestamp
+    of the window either way."""
     root = step_trie(consumers)
     schema = arrow_schema(FUSED_AGG_SCHEMA)
     ranks = 1 + max((c[3] for c in consumers if len(c) > 3), default=0)
@@ -103,6 +117,9 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     def walk(node: _TrieNode, recs: list[rt.Rec], outs: list[list[tuple[Any, ...]]], errs: rt.Errors,
              memo: tuple[rt.Memo, rt.Memo]) -> None:
         for cid, emitter, rank in node.ends:
+            if cid in precount:
+                count(cid, emitter, recs, errs, memo)
+                continue
             append = outs[rank].append
             for r in recs:
                 prep = emitter.prepare(r, errs, memo)
@@ -122,6 +139,31 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                     nxt.extend(res)
             if nxt:
                 walk(child, nxt, outs, errs, memo)
+
+    counts: dict[tuple[Any, ...], list[Any]] = {}  # (cid, gk, kb, first, last start) -> [n, max ts, p, o, src, seq, blocks]
+
+    def count(cid: int, emitter: Any, recs: list[rt.Rec], errs: rt.Errors, memo: tuple[rt.Memo, rt.Memo]) -> None:
+        size, adv = emitter.size, emitter.adv
+        for r in recs:
+            prep = emitter.prepare(r, errs, memo)
+            if prep is not None and prep[1]:
+                gk, blocks, kb, _ = prep
+                ts = r[2]
+                first, last = rt.window_starts_range(ts, size, adv)
+                slot = (cid, gk, kb, first, last)
+                entry = counts.get(slot)
+                if entry is None:
+                    counts[slot] = [1, ts, r[3], r[4], r[5], r[6], blocks]
+                else:
+                    entry[0] += 1
+                    if ts > entry[1]:
+                        entry[1] = ts
+
+    def counted() -> list[tuple[Any, ...]]:
+        rows = [(cid, gk, b, kb, b"%d" % n, ts, p, o, src, seq)
+                for (cid, gk, kb, _f, _l), (n, ts, p, o, src, seq, blocks) in counts.items() for b in blocks]
+        counts.clear()
+        return rows
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         held = gc_tuning.acquire(gc_thresholds)
@@ -145,7 +187,11 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                     walk(root, [rec], outs, errs, ({}, {}))
                     for rows in outs:
                         out.extend(rows)
+            if len(counts) >= PRECOUNT_MAX:
+                out.extend(counted())
             yield arrow_batch(schema, out)
+        if counts:
+            yield arrow_batch(schema, counted())
         rt.flush(errors_acc, errs, wm_acc if decoder.watermark else None, decoder.wm)
 
     return run

@@ -372,6 +372,13 @@ class ExecContext:
                 ranked = sorted(same, key=lambda leaf: leaf.order) if len(same) > 1 else same
                 for rank, leaf in enumerate(ranked):
                     by_base.setdefault(base, []).append((cid, leaf.steps, pending[name].emitter, rank))
+        # counts over time windows: counted in the pass, one row per key and set of windows
+        folds = {cid: pending[name].fold for cid, name in enumerate(names)}
+        counted = {}
+        for cid, fold in folds.items():
+            precounted = fold.precounting() if isinstance(fold, rt.TimeWindowFold) else None
+            if precounted is not None:
+                counted[cid] = folds[cid] = precounted
         frames = []
         for base, consumers in by_base.items():
             if isinstance(base, FrameBase):
@@ -380,10 +387,10 @@ class ExecContext:
                 df = self.raw_frame(base.topic)
                 decoder = rt.RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
             fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
-                                         self.plan.config.python_gc_thresholds)
+                                         self.plan.config.python_gc_thresholds, frozenset(counted))
             frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
         prep = reduce(lambda a, b: a.unionByName(b), frames)
-        out = self.sorted_folds(prep, {cid: pending[name].fold for cid, name in enumerate(names)})
+        out = self.sorted_folds(prep, folds)
         out = out.persist(StorageLevel.DISK_ONLY)
         self.persisted.append(out)
         return {name: out.filter(F.col("cid") == cid).drop("cid") for cid, name in enumerate(names)}

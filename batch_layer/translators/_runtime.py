@@ -26,6 +26,7 @@ Errors
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import copy
 import pickle
 from bisect import bisect_left, bisect_right
 from itertools import groupby
@@ -729,12 +730,29 @@ class TimeWindowFold(_Fold):
     layer). Result timestamp = the largest record timestamp of the window."""
 
     _value_to_aggregator_only = True
+    #: the rows come counted (:meth:`precounting`)
+    precounted = False
 
     def __init__(self, node: str, op: Any, block_ms: int, errors_acc: Any) -> None:
         super().__init__(node, op, errors_acc)
         self.size, self.adv, self.block = op.windows.size_ms, op.windows.advance_ms, block_ms
 
+    def precounting(self) -> "TimeWindowFold | None":
+        """For a count (:attr:`value_free`): a copy of this fold over rows that each stand
+        for ``int(v)`` records of one key with the same windows, ``ts`` the largest of
+        their timestamps (``_fused.fused_chain_function``'s ``precount``); None otherwise.
+        A count's aggregator ``agg + 1`` ignores key, value and order and never fails, so
+        adding the counts gives each window's count, and its timestamp is still the
+        largest record timestamp."""
+        if not self.value_free:
+            return None
+        out = copy.copy(self)
+        out.precounted = True
+        return out
+
     def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
+        if self.precounted:
+            return self._fold_counts(keys, blk, errs)
         size, adv, init, agg_fn, node = self.size, self.adv, self.initializer, self.aggregator, self.node
         lo = blk * self.block
         hi = lo + self.block - 1  # the block's last start
@@ -779,6 +797,44 @@ class TimeWindowFold(_Fold):
                     s += adv
             for start, (a, ts, key, ident) in aggs.items():
                 text = self.to_json(a, errs, ident)
+                if text is not None:
+                    rows.append((key_text(key), start, start + size, text, ts))
+        return rows
+
+    def _fold_counts(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors
+                     ) -> list[tuple[Any, ...]]:
+        """:meth:`fold` of a count over counted rows (:meth:`precounting`)."""
+        size, adv = self.size, self.adv
+        lo = blk * self.block
+        hi = lo + self.block - 1
+        rows = []
+        for _gk, recs in keys:
+            counts: dict[int, list[Any]] = {}  # start -> [count, max ts, key, a record id]
+            last_kb, key = None, None
+            for _, ts, p, o, src, _seq, kb, vb in recs:
+                if kb != last_kb or type(key) not in _SHAREABLE_KEYS:
+                    key, last_kb = decode_key(kb), kb
+                n = int(vb)
+                s = ts - size + adv  # the windows of ts, clipped to the block, as in fold
+                if s < 0:
+                    s = 0
+                s -= s % adv
+                if s < lo:
+                    s = lo
+                stop = ts - ts % adv
+                if stop > hi:
+                    stop = hi
+                while s <= stop:
+                    cur = counts.get(s)
+                    if cur is None:
+                        counts[s] = [n, ts, key, (src, p, o)]
+                    else:
+                        cur[0] += n
+                        if ts > cur[1]:
+                            cur[1] = ts
+                    s += adv
+            for start, (n, ts, key, ident) in counts.items():
+                text = self.to_json(n, errs, ident)
                 if text is not None:
                     rows.append((key_text(key), start, start + size, text, ts))
         return rows

@@ -198,3 +198,49 @@ def test_fused_pass_and_fold_run_under_the_given_gc_thresholds() -> None:
     rows = _spark_grouped(prep, fu.FusedFold({0: rt.PlainFold("p", op, _Acc())}, wanted))
     assert [r[3] for r in rows] == ["1", "2"]
     assert seen == [wanted] * 4 and gc.get_threshold() == before
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records, st.sampled_from([2, 1 << 16]))
+def test_counts_counted_in_the_pass_equal_counts_of_one_row_per_record(recs: list[tuple[str, int, int]], limit: int) -> None:
+    """A count over tumbling and hopping windows (a size that is no multiple of the
+    advance, a store key serde and none) gives the same view rows when the pass counts its
+    records per key and set of windows (``precount``; also when the counts are emitted
+    every batch, ``limit`` 2) as with one row per record; the other views are unchanged."""
+    values = [b'{"x": %d}' % x if x != 9 else b"not json" for _k, x, _t in recs]
+    raw = pd.DataFrame({"key": [k.encode() for k, _x, _t in recs], "value": values, "timestamp": [t for *_, t in recs],
+                        "partition": [i % 2 for i in range(len(recs))], "offset": list(range(len(recs)))})
+    half = len(raw) // 2
+    arrow = [pa.RecordBatch.from_pandas(b.reset_index(drop=True), preserve_index=False) for b in (raw.iloc[:half], raw.iloc[half:])]
+    rekey = rt.MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
+    tumbling = TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(0))
+    hopping = TimeWindows.of_size_and_grace(timedelta(hours=3), timedelta(0)).advance_by(timedelta(hours=2))
+    views = [((), rt.AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True, value_free=True),
+              ops.AggregateOp("count", "t", None, None, tumbling)),
+             ((rekey,), rt.AggPrepEmitter("h", Serdes.String(), 3 * HOUR, 2 * HOUR, 6 * HOUR, keep_null_values=True,
+                                          value_free=True), ops.AggregateOp("count", "h", None, None, hopping)),
+             ((rekey,), rt.AggPrepEmitter("a", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True),
+              ops.AggregateOp("aggregate", "a", lambda: 0, lambda k, v, a: a + v["x"], tumbling))]
+
+    def run(counted: bool) -> tuple[list[tuple[Any, ...]], dict, int]:
+        acc = _Acc()
+        folds = {cid: rt.TimeWindowFold(op.store, op, em.block, acc) for cid, (_s, em, op) in enumerate(views)}
+        assert [f.value_free for f in folds.values()] == [True, True, False]
+        pre = {cid: f.precounting() for cid, f in folds.items() if f.precounting() is not None} if counted else {}
+        consumers = [(cid, steps, em) for cid, (steps, em, _op) in enumerate(views)]
+        fn = fu.fused_chain_function(rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True), consumers,
+                                     acc, _Max(), None, frozenset(pre))
+        out = list(fn(iter(arrow)))
+        prep = pd.concat([b.to_pandas() for b in out], ignore_index=True)
+        return _spark_grouped(prep, fu.FusedFold({**folds, **pre})), acc.value, int((prep["cid"] < 2).sum())
+
+    import batch_layer.translators._fused as fused_module
+
+    saved = fused_module.PRECOUNT_MAX
+    fused_module.PRECOUNT_MAX = limit
+    try:
+        rows, errors, count_rows = run(True)
+        rows_b, errors_b, count_rows_b = run(False)
+        assert rows == rows_b and errors == errors_b and count_rows <= count_rows_b
+    finally:
+        fused_module.PRECOUNT_MAX = saved
