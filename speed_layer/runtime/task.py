@@ -179,6 +179,7 @@ class _NodeContext(InternalProcessorContext):
 
             # an instance attribute shadows the method: one call per forward, not two
             self.forward = forward_one  # type: ignore[method-assign]
+        self.send_to_topic = task.send_to_topic  # type: ignore[method-assign]
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
         """Forward to every child, or to ``child_name`` only.
@@ -298,7 +299,9 @@ class _NodeContext(InternalProcessorContext):
                 metrics.late_records.add((store, key, timestamp))
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
-        self._task.send(topic, record, op)
+        """Serialize and send ``record`` as the sink ``op`` does (shadowed in ``__init__`` by
+        the task's own :meth:`StreamTask.send_to_topic`: one frame less per record sent)."""
+        self._task.send_to_topic(node, topic, record, op)
 
 
 class StreamTask:
@@ -642,10 +645,10 @@ class StreamTask:
         log.warning("task %s: record %s sent to %s after %s error: %r", self.task_id, where, dlq, kind, exc)
         self.collector.send(dlq, key, value, timestamp, headers, None)
 
-    def send(self, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
-        """Serialize with the sink's serdes and hand to the collector (partitioned by the
-        sink's partitioner; a windowed key by murmur2 of its base key bytes, as Kafka's
-        WindowedStreamPartitioner; else murmur2 of the key bytes)."""
+    def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
+        """The send of the sink node ``node``: serialize with the sink's serdes and hand to the
+        collector (partitioned by the sink's partitioner; a windowed key by murmur2 of its
+        base key bytes, as Kafka's WindowedStreamPartitioner; else murmur2 of the key bytes)."""
         cached = self._sink_serdes.get((topic, id(op)))
         if cached is None or cached[0] is not op:
             full = self.full_topic(topic, op.repartition)
