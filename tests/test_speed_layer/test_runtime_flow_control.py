@@ -1,10 +1,10 @@
 """Flow control of a stream thread's input: ``buffered.records.per.partition`` bounds each
 task buffer, the records consumed beyond it wait in the thread (as Java's consumer keeps
 what it fetched for a paused partition, KAFKA-7548), and a partition is paused once
-``HELD_BYTES_PER_PARTITION`` bytes wait, resumed when they are buffered again.
+``held_bytes_limit`` bytes wait, resumed when they are buffered again.
 
 The topology and data of ``test_runtime_equivalence``, with a 10-record buffer and the held
-bound lowered to 64 bytes so that the input partitions are paused and resumed over and over:
+bound lowered to 64 bytes (and no thread budget) so that the input partitions are paused and resumed over and over:
 the results are still the TopologyTestDriver's. Also: a thread asked to commit by
 ``wait_until_caught_up`` commits as soon as it has processed everything, not at its next
 ``commit.interval.ms``.
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.broker
 def test_paused_and_resumed_partitions_give_the_drivers_results(runtime_kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     kit = runtime_kit
     monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", 64)
+    monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_THREAD", 0)
     paused: set[tuple[str, int]] = set()
     resumed = 0
     real = input_buffers.InputBuffers.pause_resume
