@@ -321,18 +321,27 @@ class BroadcastJoinStep(Step, _JoinLogic):
         _JoinLogic.__init__(self, node, op, key_serde)
         self.index = index  # a pyspark Broadcast
         self._values: FreshValues | None = None
+        self._index: dict[bytes, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_values": None}  # decoded values stay in their worker
+        return {**self.__dict__, "_values": None, "_index": None}  # decoded values stay in their worker
 
     def __call__(self, r: Rec) -> list[Rec] | None:
-        keep, lk = self.lookup_key(r)
-        if not keep:
+        # _JoinLogic.lookup_key and join inline (three joins a flight in the fused pass)
+        op = self.op
+        lk = op.key_selector(r[0], r[1]) if op.key_selector else r[0]
+        if lk is None:
+            if not op.left or r[1] is None:
+                return None
+        elif r[1] is None:
             return None
         other = None
         if lk is not None:
             jk = self.key_serde.serialize(lk)
-            entry = self.index.value.get(jk)
+            index = self._index
+            if index is None:
+                index = self._index = self.index.value
+            entry = index.get(jk)
             if entry is not None:
                 i = bisect_right(entry[0], r[2]) - 1
                 if i >= 0 and entry[1][i] is not None:
@@ -340,7 +349,10 @@ class BroadcastJoinStep(Step, _JoinLogic):
                     if values is None:
                         values = self._values = FreshValues()
                     other = values.get((jk, i), entry[1][i])
-        return self.join(r, other)
+        if other is None and not op.left:
+            return None
+        joined = op.joiner(r[0], r[1], other) if op.joiner_with_key else op.joiner(r[1], other)
+        return [(r[0], joined) + r[2:]]
 
 
 # --------------------------------------------------------------------------- emitters
