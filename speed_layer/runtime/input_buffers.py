@@ -48,7 +48,7 @@ def held_bytes_limit(partitions: int) -> int:
 
     Why more than Java's one fetch: a pause makes librdkafka drop what it had prefetched for
     the partition, and fetch it again after the resume. A thread that keeps its tasks at one
-    event time (``StreamThread._process``) fills one partition's buffer while it waits for
+    event time (:class:`.TaskExecutor`) fills one partition's buffer while it waits for
     another's records, so with 1 MB per partition a backlog of 4 partitions paused one
     partition ~40 times in 100 MB (336,776 flights; ~40 % of the bytes fetched twice) and
     waited for the refetches; with 4 MB each it paused once and ran ~20 % faster."""

@@ -4,7 +4,8 @@
 Loop (``runOnce``): poll records into the tasks' per-partition buffers (pausing partitions
 whose buffer holds ``buffered.records.per.partition`` records, resuming them when drained:
 :mod:`.input_buffers`);
-process records, each task taking the buffered record with the lowest timestamp
+process records (:mod:`.task_executor`: the lowest head across tasks first), each task
+taking the buffered record with the lowest timestamp
 (``PartitionGroup``) once every input partition has data or is known to be caught up
 (KIP-695: ``max.task.idle.ms`` = 0 waits only for data known to be on the broker, > 0 also
 waits that long for an empty caught-up partition, -1 never waits; these rules and the
@@ -31,7 +32,6 @@ before processing them.
 """
 from __future__ import annotations
 
-import heapq
 import logging
 from dataclasses import dataclass
 import threading
@@ -46,6 +46,7 @@ from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer, RestoreEntry, delete_checkpoint, read_checkpoint, write_checkpoint
 from .task import Metrics, StreamTask
+from .task_executor import TaskExecutor
 
 if TYPE_CHECKING:
     from .kafka_streams import KafkaStreams
@@ -59,8 +60,6 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
                        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: offset-commit errors of a group that is rebalancing (the commit is retried later)
 _REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
-#: records processed between two polls of the consumer
-MAX_RECORDS_PER_LOOP = 1000
 #: records (summed over a task's changelog partitions) between two checkpoints at commit,
 #: Kafka's ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``
 CHECKPOINT_OFFSET_DELTA = 10_000
@@ -175,6 +174,8 @@ class StreamThread(threading.Thread):
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
+        #: which ready task processes next, and how many records (the lowest head first)
+        self.executor = TaskExecutor(self.tasks, self.task_tps, self.readiness, self._maybe_begin)
         self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
@@ -726,8 +727,8 @@ class StreamThread(threading.Thread):
         self.inputs.add(msgs)
         self.inputs.pause_resume(self.consumer)
         self._restore_metadata()
-        self._process()
-        self._punctuate()
+        self.executor.process()
+        self.executor.punctuate(int(time.time() * 1000))
         if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
         elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():
@@ -757,71 +758,6 @@ class StreamThread(threading.Thread):
         meta = {(r.topic, r.partition): r.metadata for r in res if r.offset >= 0}
         for t in fresh:
             t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
-
-    def _process(self) -> None:
-        """Process up to ``MAX_RECORDS_PER_LOOP`` records, always the one with the lowest
-        timestamp among the heads of this thread's tasks that are ready when its turn comes.
-
-        Kafka orders records by timestamp within a task and leaves the order across tasks
-        open (round-robin). Taking the lowest head across tasks, and holding the thread back
-        while one of its partitions may still have data on the broker (KIP-695 applied to
-        the thread), keeps tasks of a replayed backlog at the same event time: their outputs
-        reach downstream repartition topics nearly in timestamp order, so downstream windows
-        do not see the records of a lagging task as late. Live traffic is unaffected (a
-        caught-up partition has seen its end-of-partition)."""
-        now = time.monotonic()
-        readiness = self.readiness
-        if not readiness.thread_ready(now):
-            return
-        # every task with buffered records, lowest head first, each checked when its turn
-        # comes: one held back by a sibling's older record is released once the loop has
-        # processed that record (checking only at the start of the loop ran such tasks one
-        # record per loop: 3 records per loop through two repartitions instead of 200)
-        heap = []
-        for i, task in enumerate(self.tasks.values()):
-            if task.buffered():
-                heap.append((task.head_timestamp(), i, task))
-        heapq.heapify(heap)
-        tracked = readiness.tracked
-        n = 0
-        while heap and n < MAX_RECORDS_PER_LOOP:
-            _, i, task = heapq.heappop(heap)
-            if not readiness.ready(task, now):
-                # held back: by an empty partition (KIP-695), or by a record sent to one of
-                # its or its siblings' repartition partitions, older than its head
-                if not readiness.thread_ready(now):
-                    break
-                continue
-            self._maybe_begin()
-            # a run of the task's records up to the next task's head while it stays ready:
-            # none of its buffers runs dry (process_run stops there) and, for a task reading
-            # partitions this thread sends to, its head stays within the records that would
-            # hold it back (:meth:`Readiness.horizon`); such a task also keeps the loop's order
-            # on equal heads (the lower position first), as when it ran one record per turn
-            until = heap[0][0] if heap else None
-            if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
-                if heap and heap[0][1] < i:
-                    until = heap[0][0] - 1
-                horizon = readiness.horizon(task)
-                if horizon is not None and (until is None or horizon < until):
-                    until = horizon
-            if until is not None and until < task.head_timestamp():
-                task.process_next()  # ready after waiting its longest (enforced processing)
-                n += 1
-            else:
-                n += task.process_run(until, MAX_RECORDS_PER_LOOP - n)
-            readiness.processed(task.task_id)
-            if task.buffered():
-                heapq.heappush(heap, (task.head_timestamp(), i, task))
-            elif not readiness.thread_ready(now):
-                break  # its partition ran dry and more may be on its way (KIP-695)
-
-    def _punctuate(self) -> None:
-        now_ms = int(time.time() * 1000)
-        for task in list(self.tasks.values()):
-            if task.wall_clock_punctuation_due(now_ms):
-                self._maybe_begin()
-                task.punctuate_wall_clock()
 
     def _maybe_begin(self) -> None:
         if self.eos and not self._in_txn:

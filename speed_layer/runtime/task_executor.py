@@ -1,0 +1,103 @@
+"""The stream thread's processing of its tasks, Kafka's ``TaskExecutor``: which task
+processes next, and how many records at a time.
+
+Kafka orders records by timestamp within a task and leaves the order across tasks open
+(round-robin). duet takes the lowest head across the thread's tasks, and holds the thread
+back while one of its partitions may still have data on the broker (KIP-695 applied to the
+thread, :mod:`.readiness`): the tasks of a replayed backlog stay at the same event time, so
+their outputs reach downstream repartition topics nearly in timestamp order and downstream
+windows do not see the records of a lagging task as late. Live traffic is unaffected (a
+caught-up partition has seen its end-of-partition).
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .readiness import Readiness
+    from .task import StreamTask
+
+__all__ = ["TaskExecutor", "MAX_RECORDS_PER_LOOP"]
+
+TP = tuple[str, int]
+#: records processed between two polls of the consumer
+MAX_RECORDS_PER_LOOP = 1000
+
+
+class TaskExecutor:
+    """Runs the ready tasks of one stream thread.
+
+    ``tasks`` and ``task_tps`` (task id -> its input partitions) are the thread's own dicts,
+    shared and updated by it as tasks come and go; ``readiness`` decides which task may
+    process; ``begin`` is called before a task processes or punctuates (an exactly-once
+    thread opens its transaction there); ``clock`` is monotonic seconds.
+    """
+
+    def __init__(self, tasks: dict[str, "StreamTask"], task_tps: dict[str, list[TP]], readiness: "Readiness",
+                 begin: Callable[[], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.tasks = tasks
+        self.task_tps = task_tps
+        self.readiness = readiness
+        self.begin = begin
+        self.clock = clock
+
+    def process(self, max_records: int = MAX_RECORDS_PER_LOOP) -> int:
+        """Process up to ``max_records`` records, always the one with the lowest timestamp
+        (ms) among the heads of the tasks that are ready when its turn comes. Returns the
+        number processed."""
+        now = self.clock()
+        readiness = self.readiness
+        if not readiness.thread_ready(now):
+            return 0
+        # every task with buffered records, lowest head first, each checked when its turn
+        # comes: one held back by a sibling's older record is released once the loop has
+        # processed that record (checking only at the start of the loop ran such tasks one
+        # record per loop: 3 records per loop through two repartitions instead of 200)
+        heap = []
+        for i, task in enumerate(self.tasks.values()):
+            if task.buffered():
+                heap.append((task.head_timestamp(), i, task))
+        heapq.heapify(heap)
+        tracked = readiness.tracked
+        n = 0
+        while heap and n < max_records:
+            _, i, task = heapq.heappop(heap)
+            if not readiness.ready(task, now):
+                # held back: by an empty partition (KIP-695), or by a record sent to one of
+                # its or its siblings' repartition partitions, older than its head
+                if not readiness.thread_ready(now):
+                    break
+                continue
+            self.begin()
+            # a run of the task's records up to the next task's head while it stays ready:
+            # none of its buffers runs dry (process_run stops there) and, for a task reading
+            # partitions this thread sends to, its head stays within the records that would
+            # hold it back (:meth:`Readiness.horizon`); such a task also keeps the loop's order
+            # on equal heads (the lower position first), as when it ran one record per turn
+            until = heap[0][0] if heap else None
+            if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
+                if heap and heap[0][1] < i:
+                    until = heap[0][0] - 1
+                horizon = readiness.horizon(task)
+                if horizon is not None and (until is None or horizon < until):
+                    until = horizon
+            if until is not None and until < task.head_timestamp():
+                task.process_next()  # ready after waiting its longest (enforced processing)
+                n += 1
+            else:
+                n += task.process_run(until, max_records - n)
+            readiness.processed(task.task_id)
+            if task.buffered():
+                heapq.heappush(heap, (task.head_timestamp(), i, task))
+            elif not readiness.thread_ready(now):
+                break  # its partition ran dry and more may be on its way (KIP-695)
+        return n
+
+    def punctuate(self, now_ms: int) -> None:
+        """Run the wall-clock punctuations due at ``now_ms`` (ms since the epoch)."""
+        for task in list(self.tasks.values()):
+            if task.wall_clock_punctuation_due(now_ms):
+                self.begin()
+                task.punctuate_wall_clock()

@@ -1,0 +1,128 @@
+"""The stream thread's task executor without a broker (``speed_layer/runtime/task_executor.py``):
+the lowest head across the thread's tasks goes first, a task runs its records up to the next
+task's head, ``max_records`` bounds a loop, a thread waiting for a partition's records
+(KIP-695) processes nothing, and an exactly-once thread's transaction is begun before any
+record or wall-clock punctuation. The readiness rules themselves are test_readiness.py's."""
+from __future__ import annotations
+
+from collections import deque
+
+from speed_layer.runtime.readiness import Readiness
+from speed_layer.runtime.task_executor import TaskExecutor
+
+TP = tuple[str, int]
+
+
+class FakeTask:
+    """Timestamps buffered per input partition; processing appends ``(task, ts)`` to ``log``.
+    ``process_run`` and ``process_next`` follow ``StreamTask``'s contract: the lowest head
+    first, a run stops after a record that empties its partition's buffer."""
+
+    def __init__(self, task_id: str, buffers: dict[TP, list[int]], log: list[tuple[str, int]]) -> None:
+        self.task_id = task_id
+        self.queues = {tp: deque(ts) for tp, ts in buffers.items()}
+        self.log = log
+        self.punctuated = 0
+        self.due = False
+
+    def buffered(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def buffered_in(self, topic: str, partition: int) -> int:
+        return len(self.queues.get((topic, partition), ()))
+
+    def buffered_head(self, topic: str, partition: int) -> int | None:
+        q = self.queues.get((topic, partition))
+        return q[0] if q else None
+
+    def head_timestamp(self) -> int:
+        heads = [q[0] for q in self.queues.values() if q]
+        return min(heads) if heads else -1
+
+    def may_send_to_own_sources(self) -> bool:
+        return False
+
+    def _pop(self) -> deque[int]:
+        q = min((q for q in self.queues.values() if q), key=lambda q: q[0])
+        self.log.append((self.task_id, q.popleft()))
+        return q
+
+    def process_next(self) -> bool:
+        if not self.buffered():
+            return False
+        self._pop()
+        return True
+
+    def process_run(self, until_ts: int | None, max_records: int) -> int:
+        n = 0
+        while n < max_records and self.buffered() and (until_ts is None or self.head_timestamp() <= until_ts):
+            q = self._pop()
+            n += 1
+            if not q:
+                break
+        return n
+
+    def wall_clock_punctuation_due(self, now_ms: int) -> bool:
+        return self.due
+
+    def punctuate_wall_clock(self) -> None:
+        self.punctuated += 1
+
+
+def _executor(tasks: list[FakeTask], at_end: bool = True) -> tuple[TaskExecutor, list[str]]:
+    task_tps = {t.task_id: sorted(t.queues) for t in tasks}
+    tp_task = {tp: t for t in tasks for tp in t.queues}
+    readiness = Readiness(0, False, task_tps, tp_task, lambda tp, consumed_next: None, lambda: None, lambda tp: True)  # type: ignore[arg-type]
+    for tp in tp_task:
+        readiness.add_partition(tp, False)
+        readiness.eof[tp] = at_end
+    begun: list[str] = []
+    return TaskExecutor({t.task_id: t for t in tasks}, task_tps, readiness, lambda: begun.append("begin"), clock=lambda: 0.0), begun  # type: ignore[arg-type]
+
+
+def test_the_lowest_head_across_tasks_goes_first() -> None:
+    log: list[tuple[str, int]] = []
+    a = FakeTask("0_0", {("in", 0): [1, 2, 5, 9]}, log)
+    b = FakeTask("0_1", {("in", 1): [3, 4, 5, 6]}, log)
+    ex, begun = _executor([a, b])
+    assert ex.process() == 8
+    # a run goes up to the other task's head, inclusive (the order of equal timestamps
+    # across tasks is open, as in Kafka); only a task reading partitions the thread sends to
+    # stops before an equal head of an earlier task
+    assert log == [("0_0", 1), ("0_0", 2), ("0_1", 3), ("0_1", 4), ("0_1", 5), ("0_0", 5), ("0_1", 6), ("0_0", 9)]
+    assert begun and set(begun) == {"begin"}
+
+
+def test_max_records_bounds_one_loop_and_the_next_loop_goes_on() -> None:
+    log: list[tuple[str, int]] = []
+    a = FakeTask("0_0", {("in", 0): [1, 3, 5]}, log)
+    b = FakeTask("0_1", {("in", 1): [2, 4, 6]}, log)
+    ex, _ = _executor([a, b])
+    assert ex.process(max_records=4) == 4
+    assert [ts for _, ts in log] == [1, 2, 3, 4]
+    assert ex.process(max_records=4) == 2
+    assert [ts for _, ts in log] == [1, 2, 3, 4, 5, 6]
+    assert ex.process() == 0
+
+
+def test_a_thread_waiting_for_a_partitions_records_processes_nothing() -> None:
+    """KIP-695 applied to the thread: an empty partition not known to be caught up may
+    still have older records on the broker."""
+    log: list[tuple[str, int]] = []
+    a = FakeTask("0_0", {("in", 0): [1, 2]}, log)
+    b = FakeTask("0_1", {("in", 1): []}, log)
+    ex, begun = _executor([a, b], at_end=False)
+    ex.readiness.eof[("in", 0)] = True
+    assert ex.process() == 0 and log == [] and begun == []
+    ex.readiness.eof[("in", 1)] = True  # now known to be caught up
+    assert ex.process() == 2 and log == [("0_0", 1), ("0_0", 2)]
+
+
+def test_wall_clock_punctuations_run_for_due_tasks_after_begin() -> None:
+    log: list[tuple[str, int]] = []
+    a = FakeTask("0_0", {("in", 0): []}, log)
+    b = FakeTask("0_1", {("in", 1): []}, log)
+    b.due = True
+    ex, begun = _executor([a, b])
+    ex.punctuate(1_000)
+    assert (a.punctuated, b.punctuated) == (0, 1) and begun == ["begin"]
