@@ -140,7 +140,8 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
             if nxt:
                 walk(child, nxt, outs, errs, memo)
 
-    counts: dict[tuple[Any, ...], list[Any]] = {}  # (cid, gk, kb, first, last start) -> [n, max ts, p, o, src, seq, blocks]
+    # (cid, gk, kb, first and last window start) -> [n, max ts, p, o, src, seq, blocks]
+    counts: dict[tuple[Any, ...], list[Any]] = {}
 
     def count(cid: int, emitter: Any, recs: list[rt.Rec], errs: rt.Errors, memo: tuple[rt.Memo, rt.Memo]) -> None:
         size, adv = emitter.size, emitter.adv
@@ -175,6 +176,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
 
     def passes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         errs: rt.Errors = {}
+        counts.clear()  # nothing left from a task that failed in this worker
         for batch in batches:
             out: list[tuple[Any, ...]] = []
             if ranks == 1:
@@ -229,6 +231,8 @@ def binary_array(values: Any) -> pa.Array:
         return pa.array(values, type=_BINARY)
     offsets = array("i", [0])
     offsets.extend(accumulate(map(len, present)))
+    if offsets[-1] != len(data):  # a buffer whose len() counts items wider than a byte
+        return pa.array(values, type=_BINARY)
     return pa.Array.from_buffers(_BINARY, n, [valid, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
