@@ -554,6 +554,17 @@ def window_starts_range(ts: int, size: int, advance: int) -> tuple[int, int]:
     return first, ts - ts % advance if ts >= 0 else -1
 
 
+def block_window_starts(ts: int, size: int, advance: int, lo: int, hi: int) -> tuple[int, int]:
+    """:func:`window_starts_range` of ``ts`` (>= 0, ms) clipped to the starts ``[lo, hi]`` of
+    a block (one call per record of a fold: the arithmetic is written out)."""
+    first = ts - size + advance
+    if first < 0:
+        first = 0
+    first -= first % advance
+    last = ts - ts % advance
+    return (first if first > lo else lo), (last if last < hi else hi)
+
+
 # --------------------------------------------------------------------------- fused chain
 def chain_function(decoder: Any, steps: tuple[Step, ...], emitter: Any, errors_acc: Any, wm_acc: Any) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
     """The ``mapInPandas`` function: decode each row, run it through ``steps`` (each input
@@ -777,16 +788,7 @@ class TimeWindowFold(_Fold):
                 if kb != last_kb or type(key) not in _SHAREABLE_KEYS:  # an immutable key is decoded once per key
                     key, last_kb = decode_key(kb), kb
                 value, ident = loads(vb), (src, p, o)
-                # window_starts_range(ts, size, adv), clipped to the block (ts >= 0: decoders drop the rest)
-                s = ts - size + adv
-                if s < 0:
-                    s = 0
-                s -= s % adv
-                if s < lo:
-                    s = lo
-                stop = ts - ts % adv
-                if stop > hi:
-                    stop = hi
+                s, stop = block_window_starts(ts, size, adv, lo, hi)  # ts >= 0: decoders drop the rest
                 while s <= stop:
                     cur = aggs.get(s)
                     try:
@@ -807,10 +809,7 @@ class TimeWindowFold(_Fold):
                         add_error(errs, node, ident)
                         break
                     s += adv
-            for start, (a, ts, key, ident) in aggs.items():
-                text = self.to_json(a, errs, ident)
-                if text is not None:
-                    rows.append((key_text(key), start, start + size, text, ts))
+            self._window_rows(aggs, rows, errs)
         return rows
 
     def _fold_counts(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors
@@ -827,15 +826,7 @@ class TimeWindowFold(_Fold):
                 if kb != last_kb or type(key) not in _SHAREABLE_KEYS:
                     key, last_kb = decode_key(kb), kb
                 n = int(vb)
-                s = ts - size + adv  # the windows of ts, clipped to the block, as in fold
-                if s < 0:
-                    s = 0
-                s -= s % adv
-                if s < lo:
-                    s = lo
-                stop = ts - ts % adv
-                if stop > hi:
-                    stop = hi
+                s, stop = block_window_starts(ts, size, adv, lo, hi)
                 while s <= stop:
                     cur = counts.get(s)
                     if cur is None:
@@ -845,11 +836,17 @@ class TimeWindowFold(_Fold):
                         if ts > cur[1]:
                             cur[1] = ts
                     s += adv
-            for start, (n, ts, key, ident) in counts.items():
-                text = self.to_json(n, errs, ident)
-                if text is not None:
-                    rows.append((key_text(key), start, start + size, text, ts))
+            self._window_rows(counts, rows, errs)
         return rows
+
+    def _window_rows(self, windows: dict[int, list[Any]], rows: list[tuple[Any, ...]], errs: Errors) -> None:
+        """Append one view row per window of one key: ``windows`` maps a start (ms) to
+        ``[aggregate, largest record ts, key, a record id]``."""
+        size = self.size
+        for start, (a, ts, key, ident) in windows.items():
+            text = self.to_json(a, errs, ident)
+            if text is not None:
+                rows.append((key_text(key), start, start + size, text, ts))
 
 
 _SESSION_ORDER = itemgetter(0, 1)

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from batch_layer.compiler import BatchCompileError, BatchOptions, compile_topology
-from batch_layer.translators._runtime import window_starts_range
+from batch_layer.translators._runtime import block_window_starts, window_starts_range
 from batch_layer.translators.aggregate import block_ms
 from pipelines.topologies.flights import VIEWS, build_topology
 from speed_layer import JoinWindows, Materialized, SlidingWindows, StreamsBuilder, TimeWindows
@@ -131,6 +131,8 @@ def test_window_arithmetic_matches_the_speed_layer(size: int, advance: int) -> N
         for b in range(first // block, last // block + 1):
             lo, hi = b * block, (b + 1) * block
             covered += [s for s in range(max(first, lo), min(last, hi - 1) + 1, advance)]
+            s0, s1 = block_window_starts(ts, size, advance, lo, hi - 1)  # the folds' per-record form
+            assert (s0, s1) == (max(first, lo), min(last, hi - 1))
         assert covered == expected
         assert last // block - first // block <= 1  # at most two blocks per record
 

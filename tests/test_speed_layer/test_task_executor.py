@@ -5,42 +5,30 @@ task's head, ``max_records`` bounds a loop, a thread waiting for a partition's r
 record or wall-clock punctuation. The readiness rules themselves are test_readiness.py's."""
 from __future__ import annotations
 
+import sys
 from collections import deque
+from pathlib import Path
 
 from speed_layer.runtime.readiness import Readiness
 from speed_layer.runtime.task_executor import TaskExecutor
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_readiness import FakeTask as BufferedFake  # noqa: E402
+
 TP = tuple[str, int]
 
 
-class FakeTask:
-    """Timestamps buffered per input partition; processing appends ``(task, ts)`` to ``log``.
-    ``process_run`` and ``process_next`` follow ``StreamTask``'s contract: the lowest head
-    first, a run stops after a record that empties its partition's buffer."""
+class FakeTask(BufferedFake):
+    """test_readiness's buffers of timestamps per input partition, which also process:
+    processing appends ``(task, ts)`` to ``log``. ``process_run`` and ``process_next``
+    follow ``StreamTask``'s contract: the lowest head first, a run stops after a record that
+    empties its partition's buffer."""
 
     def __init__(self, task_id: str, buffers: dict[TP, list[int]], log: list[tuple[str, int]]) -> None:
-        self.task_id = task_id
-        self.queues = {tp: deque(ts) for tp, ts in buffers.items()}
+        super().__init__(task_id, buffers)
         self.log = log
         self.punctuated = 0
         self.due = False
-
-    def buffered(self) -> int:
-        return sum(len(q) for q in self.queues.values())
-
-    def buffered_in(self, topic: str, partition: int) -> int:
-        return len(self.queues.get((topic, partition), ()))
-
-    def buffered_head(self, topic: str, partition: int) -> int | None:
-        q = self.queues.get((topic, partition))
-        return q[0] if q else None
-
-    def head_timestamp(self) -> int:
-        heads = [q[0] for q in self.queues.values() if q]
-        return min(heads) if heads else -1
-
-    def may_send_to_own_sources(self) -> bool:
-        return False
 
     def _pop(self) -> deque[int]:
         q = min((q for q in self.queues.values() if q), key=lambda q: q[0])
