@@ -327,13 +327,8 @@ class BroadcastJoinStep(Step, _JoinLogic):
         return {**self.__dict__, "_values": None, "_index": None}  # decoded values stay in their worker
 
     def __call__(self, r: Rec) -> list[Rec] | None:
-        # _JoinLogic.lookup_key and join inline (three joins a flight in the fused pass)
-        op = self.op
-        lk = op.key_selector(r[0], r[1]) if op.key_selector else r[0]
-        if lk is None:
-            if not op.left or r[1] is None:
-                return None
-        elif r[1] is None:
+        keep, lk = self.lookup_key(r)
+        if not keep:
             return None
         other = None
         if lk is not None:
@@ -349,10 +344,7 @@ class BroadcastJoinStep(Step, _JoinLogic):
                     if values is None:
                         values = self._values = FreshValues()
                     other = values.get((jk, i), entry[1][i])
-        if other is None and not op.left:
-            return None
-        joined = op.joiner(r[0], r[1], other) if op.joiner_with_key else op.joiner(r[1], other)
-        return [(r[0], joined) + r[2:]]
+        return self.join(r, other)
 
 
 # --------------------------------------------------------------------------- emitters
