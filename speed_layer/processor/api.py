@@ -39,6 +39,9 @@ class Record(NamedTuple):
         return _new_tuple(Record, (self[0], self[1], self[2], list(headers)))
 
 
+#: ``_new_tuple(Record, (key, value, timestamp, headers))`` builds a :class:`Record` without
+#: the Python frame of a NamedTuple's generated ``__new__`` (the per-record hot path of the
+#: task and of the built-in processors)
 _new_tuple = tuple.__new__
 
 

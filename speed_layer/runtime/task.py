@@ -24,7 +24,7 @@ from ..config import StreamsConfig
 from ..errors import InvalidStateStoreException, InvalidTimestampException, StreamsException
 from ..graph.nodes import GraphNode, SubTopology
 from ..graph.ops import SinkOp, SourceOp
-from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata
+from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata, _new_tuple
 from ..processor.internals import InternalProcessorContext
 from ..processor.factory import create_processor
 from ..serde import Serde
@@ -39,11 +39,6 @@ log = logging.getLogger("speed_layer.task")
 T = TypeVar("T")
 
 Headers = list[tuple[str, bytes | None]]
-
-
-#: ``Record`` is a NamedTuple: ``_new_tuple(Record, fields)`` builds one without the Python
-#: frame of its generated ``__new__`` (one per consumed record)
-_new_tuple = tuple.__new__
 
 
 def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:

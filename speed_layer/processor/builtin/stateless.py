@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api import Change, Record
+from ..api import Change, Record, _new_tuple
 from ..internals import InternalProcessorContext
 from .base import OpProcessor, versioned_upstream
-
-#: builds a :class:`Record` without its Python ``__new__`` frame (the per-record hot path)
-_new_tuple = tuple.__new__
 
 
 class SourceProcessor(OpProcessor):
