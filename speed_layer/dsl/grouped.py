@@ -50,10 +50,15 @@ def aggregation_store_spec(store: str, materialized: Materialized, windows: Any)
         raise TopologyException(f"The retention period of the {kind} store {store} must be no smaller than {what}. "
                                 f"Got {detail}, retention=[{m.retention_ms}]")
     retention = m.retention_ms if m.retention_ms is not None else min_ret
+    # Kafka's SessionStoreMaterializer and SlidingWindowStoreMaterializer cache no store of an
+    # ON_WINDOW_CLOSE aggregation; its WindowStoreMaterializer caches one of time windows
+    strategy = getattr(windows, "emit_strategy", None)
+    caching = m.caching_enabled and not (isinstance(windows, (SessionWindows, SlidingWindows))
+                                         and strategy is not None and strategy.emits_on_close)
     if size is None:
-        return StoreSpec(store, "session", m.key_serde, m.value_serde, in_memory=m.store_type == "in_memory", caching=m.caching_enabled,
+        return StoreSpec(store, "session", m.key_serde, m.value_serde, in_memory=m.store_type == "in_memory", caching=caching,
                          logging=m.logging_enabled, retention_ms=retention)
-    return StoreSpec(store, "window", m.key_serde, m.value_serde, in_memory=m.store_type == "in_memory", caching=m.caching_enabled,
+    return StoreSpec(store, "window", m.key_serde, m.value_serde, in_memory=m.store_type == "in_memory", caching=caching,
                      logging=m.logging_enabled, retention_ms=retention, window_size_ms=size)
 
 

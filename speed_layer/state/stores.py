@@ -152,16 +152,30 @@ class _StoreBase:
 
 
 class _Cache:
-    """Dirty entries of one store, flushed in order of their last update (Kafka's NamedCache).
+    """The record cache of one store (Kafka's NamedCache): dirty entries, flushed in order
+    of their last update, and the clean entries a commit flushed.
 
-    An ``OrderedDict``: taking the eldest entry is O(1) (``popitem(last=False)``); with a
-    plain dict, ``next(iter(d))`` after popping from the front scans the deleted slots, so a
-    full cache evicting on every put, or a flush of 100,000 entries, was quadratic."""
+    ``entries`` is an ``OrderedDict``: taking the eldest entry is O(1)
+    (``popitem(last=False)``); with a plain dict, ``next(iter(d))`` after popping from the
+    front scans the deleted slots, so a full cache evicting on every put, or a flush of
+    100,000 entries, was quadratic.
 
-    def __init__(self, max_entries: int) -> None:
+    ``clean``: as Kafka's ``NamedCache#flush`` marks the flushed entries clean and keeps them
+    (deletes are dropped), a window or session store keeps serving reads from them, also
+    after the window or session expired in the bytes store (Kafka's CachingWindowStore and
+    CachingSessionStore filter the cache by key and time only, never by retention). Clean
+    entries count against ``max_entries``; the eldest is dropped before a dirty entry is
+    evicted, so keeping them never changes when a dirty entry is flushed. A key-value store
+    keeps none: its bytes store holds the same values, so they would change no read."""
+
+    def __init__(self, max_entries: int, on_drop: Callable[[Any], None] | None = None) -> None:
         # cache key -> (typed key, ValueAndTimestamp | None), eldest update first
         self.entries: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
+        # cache key -> (typed key, ValueAndTimestamp), eldest flush first
+        self.clean: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
         self.max_entries = max_entries
+        #: called with the cache key of each clean entry dropped to make room
+        self.on_drop = on_drop
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -170,6 +184,31 @@ class _Cache:
         entries = self.entries
         entries[ck] = (key, vt)
         entries.move_to_end(ck)
+        if self.clean:
+            self.clean.pop(ck, None)
+
+    def get(self, ck: Any) -> tuple[Any, Any] | None:
+        """The ``(typed key, ValueAndTimestamp | None)`` cached under ``ck``, dirty or clean."""
+        hit = self.entries.get(ck)
+        return self.clean.get(ck) if hit is None else hit
+
+    def must_evict(self) -> bool:
+        """Make room after a put: drop clean entries, eldest first, while the cache holds
+        more than ``max_entries``; True when only dirty entries are left and one must be
+        evicted (flushed)."""
+        clean = self.clean
+        while len(self.entries) + len(clean) > self.max_entries:
+            if not clean:
+                return True
+            ck, _ = clean.popitem(last=False)
+            if self.on_drop is not None:
+                self.on_drop(ck)
+        return False
+
+    def keep_clean(self, ck: Any, key: Any, value: Any) -> None:
+        """Keep an entry just flushed (taken out of ``entries``) as clean: the cache holds
+        no more entries than before the flush."""
+        self.clean[ck] = (key, value)
 
 
 class KeyValueStore(_StoreBase):
@@ -390,7 +429,7 @@ class WindowStore(_StoreBase):
             # older than the retention; the bytes store below is what drops expired windows
             vt = ValueAndTimestamp(value, timestamp)  # a cached delete keeps its timestamp
             self.cache.put((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start), (key, window_start), vt)
-            if len(self.cache.entries) > self.cache.max_entries:
+            if len(self.cache.entries) + len(self.cache.clean) > self.cache.max_entries and self.cache.must_evict():
                 self._evict()
             return
         if self._expired(window_start):
@@ -424,29 +463,32 @@ class WindowStore(_StoreBase):
                 else:
                     self.put(key, aggregator(key, value, old.value), start, max(timestamp, old.timestamp))
             return
-        entries = self.cache.entries
+        cache = self.cache
+        entries, clean = cache.entries, cache.clean
         get = entries.get
         move = entries.move_to_end
-        max_entries = self.cache.max_entries
+        max_entries = cache.max_entries
         retention = self.retention_ms
         kb: bytes | None = None
         observed = self.observed_stream_time
         expired_to = observed - retention if observed >= 0 else _MIN
         for start in starts:
             ck = (key, start)
-            # fetch_one_with_timestamp: an expired window reads as absent
-            if start <= expired_to:
+            # fetch_one_with_timestamp: the cache (dirty, then clean) first; an expired
+            # window reads as absent from the bytes store
+            hit = get(ck)
+            if hit is None and clean:
+                hit = clean.get(ck)
+            if hit is not None:
+                old = hit[1]
+                if old is not None and old[0] is None:
+                    old = None
+            elif start <= expired_to:
                 old = None
             else:
-                hit = get(ck)
-                if hit is not None:
-                    old = hit[1]
-                    if old is not None and old[0] is None:
-                        old = None
-                else:
-                    if kb is None:
-                        kb = self._key_bytes(key)
-                    old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
+                if kb is None:
+                    kb = self._key_bytes(key)
+                old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
             if old is None:
                 vt = _vt(_VT, (value if initializer is None else aggregator(key, value, initializer()), timestamp))
             else:
@@ -458,7 +500,9 @@ class WindowStore(_StoreBase):
                 expired_to = observed - retention
             entries[ck] = (ck, vt)
             move(ck)
-            if len(entries) > max_entries:
+            if clean:
+                clean.pop(ck, None)  # now dirty
+            if len(entries) + len(clean) > max_entries and cache.must_evict():
                 self._evict()
 
     def _key_bytes(self, key: Any) -> bytes:
@@ -490,15 +534,27 @@ class WindowStore(_StoreBase):
         _, ((key, start), vt) = self.cache.entries.popitem(last=False)
         self._flush_entry(key, start, vt)
 
+    def flush_cache(self) -> None:
+        """Write dirty cache entries through (and to the flush listener) in update order;
+        each flushed window stays cached as a clean entry (:class:`_Cache`)."""
+        cache = self.cache
+        if cache is None:
+            return
+        while cache.entries:
+            ck, (key_start, vt) = cache.entries.popitem(last=False)
+            self._flush_entry(key_start[0], key_start[1], vt)
+            if vt is not None and vt.value is not None:
+                cache.keep_clean(ck, key_start, vt)
+
 
     # -- reads
     def _rows(self, kb: bytes | None, time_from: int, time_to: int, retained_from_ms: int = 1) -> list[tuple[Any, int, ValueAndTimestamp]]:
         st = self.observed_stream_time
         lo_t = max(time_from, st - self.retention_ms + retained_from_ms, 0) if st >= 0 else max(time_from, 0)
-        if time_to < lo_t:
-            return []
         rows: dict[tuple[bytes, int, bytes], tuple[Any, ValueAndTimestamp | None]] = {}
-        if kb is not None:
+        if time_to < lo_t:
+            it: Any = ()
+        elif kb is not None:
             lo = kb + _Q.pack(lo_t)
             hi = kb + _Q.pack(time_to) + (b"\xff" * 4 if self.retain_duplicates else b"")
             it = self.backend.range(lo, hi)
@@ -510,10 +566,13 @@ class WindowStore(_StoreBase):
                 continue
             rows[(k, start, ck)] = (None, self._decode_value(vb))
         if self.cache is not None:
-            for (key, start), vt in self.cache.entries.values():
-                k = self.key_serde.serialize(key) or b""
-                if (kb is None or k == kb) and lo_t <= start <= time_to:
-                    rows[(k, start, self._composite(k, start))] = (key, vt)
+            # Kafka's CachingWindowStore: cached windows are filtered by key and time only,
+            # so a clean entry is returned after the window expired in the bytes store
+            for entries in (self.cache.clean, self.cache.entries):  # a dirty entry wins
+                for (key, start), vt in entries.values():
+                    k = self.key_serde.serialize(key) or b""
+                    if (kb is None or k == kb) and time_from <= start <= time_to:
+                        rows[(k, start, self._composite(k, start))] = (key, vt)
         out = []
         for (k, start, _ck) in sorted(rows):
             key, vt = rows[(k, start, _ck)]
@@ -541,14 +600,15 @@ class WindowStore(_StoreBase):
         return [(start, vt) for _, start, vt in self._rows(kb, time_from, time_to)]
 
     def fetch_one_with_timestamp(self, key: Any, window_start: int) -> ValueAndTimestamp | None:
-        """The value of ``key``'s window starting at ``window_start`` (ms), or None."""
-        if self._expired(window_start):
-            return None
+        """The value of ``key``'s window starting at ``window_start`` (ms), or None. A
+        cached window is returned even when expired (Kafka's CachingWindowStore#fetch)."""
         if self.cache is not None:
-            hit = self.cache.entries.get((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start))
+            hit = self.cache.get((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start))
             if hit is not None:
                 vt = hit[1]
                 return None if vt is None or vt.value is None else vt
+        if self._expired(window_start):
+            return None
         return self._decode_value(self.backend.get(self._composite(self.key_serde.serialize(key) or b"", window_start)))
 
     def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
@@ -585,12 +645,17 @@ class WindowStore(_StoreBase):
 class SessionStore(_StoreBase):
     """A session store (Kafka's SessionStore): aggregates per ``Windowed(key, [start, end])``.
 
-    Sessions whose end is ``<= observed stream time - retention`` are expired. With
+    Sessions whose end is ``<= observed stream time - retention`` are expired; the
+    observed stream time is the bytes store's: the largest session end written to it (a
+    cached put advances it only when flushed, as Kafka's segmented store). With
     caching (Kafka's CachingSessionStore), puts and removes stay in the cache until
     :meth:`flush_cache` (commit): a session removed and re-put within one commit reaches the
     flush listener once, as ``(session, new, old)`` with :class:`ValueAndTimestamp` values
     stamped with the session end; a removal of a session that never reached the store is
-    not flushed at all.
+    not flushed at all. As Kafka's, the cache takes a put even of an expired session (the
+    flush forwards it; the bytes store drops it), keeps flushed sessions as clean entries,
+    and reads it without a retention filter: a cached store returns a session for as long
+    as the cache holds it, also after it expired (:class:`_Cache`).
     """
 
     def __init__(self, name: str, backend: BytesStore, key_serde: Serde[Any], value_serde: Serde[Any], *, retention_ms: int,
@@ -598,12 +663,11 @@ class SessionStore(_StoreBase):
         super().__init__(name, backend, key_serde, value_serde, logger)
         self.retention_ms = retention_ms
         self.observed_stream_time = -1
-        #: composite key -> (session, aggregate or None for a removal), in update order
-        self.cache: OrderedDict[bytes, tuple[Windowed[Any], Any]] | None = OrderedDict() if caching else None
-        #: serialized key -> its composite keys in the cache, sorted (by end, then start:
-        #: a lookup of one key's sessions bisects to the earliest end it wants)
+        #: composite key -> (session, aggregate or None for a removal)
+        self.cache: _Cache | None = _Cache(cache_max_entries, self._uncache) if caching else None
+        #: serialized key -> its composite keys in the cache (dirty or clean), sorted (by
+        #: end, then start: a lookup of one key's sessions bisects to the earliest end it wants)
         self._cached_by_key: dict[bytes, list[bytes]] = {}
-        self.cache_max_entries = cache_max_entries
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
 
     def _ck(self, kb: bytes, start: int, end: int) -> bytes:
@@ -616,66 +680,102 @@ class SessionStore(_StoreBase):
 
     def put(self, session: Windowed[Any], aggregate: Any) -> None:
         """Store (``aggregate`` None: remove) the session ``session`` (ms bounds)."""
-        self.observed_stream_time = max(self.observed_stream_time, session.window.end)
-        if session.window.end <= self.observed_stream_time - self.retention_ms:
-            return
         kb = self.key_serde.serialize(session.key) or b""
         ck = self._ck(kb, session.window.start, session.window.end)
-        if self.cache is not None:
-            if ck not in self.cache:
+        cache = self.cache
+        if cache is not None:
+            if ck not in cache.entries and ck not in cache.clean:
                 insort(self._cached_by_key.setdefault(kb, []), ck)
-            self.cache[ck] = (session, aggregate)
-            self.cache.move_to_end(ck)
-            if len(self.cache) > self.cache_max_entries:
+            cache.put(ck, session, aggregate)
+            if len(cache.entries) + len(cache.clean) > cache.max_entries and cache.must_evict():
                 self._evict()
             return
-        vb = None if aggregate is None else self.value_serde.serialize(aggregate)
-        self._write(ck, vb, session.window.end)
+        self._put_bytes(ck, aggregate, session.window.end)
+
+    def _put_bytes(self, ck: bytes, aggregate: Any, end: int) -> None:
+        """Put into the bytes store (Kafka's segmented store's put): the session end
+        advances the observed stream time; an expired session is dropped."""
+        if end > self.observed_stream_time:
+            self.observed_stream_time = end
+        if end <= self.observed_stream_time - self.retention_ms:
+            return
+        self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), end)
 
     def remove(self, session: Windowed[Any]) -> None:
         self.put(session, None)
 
     # -- cache
-    def _evict(self) -> None:
-        assert self.cache is not None
-        ck, (session, aggregate) = self.cache.popitem(last=False)
+    def _uncache(self, ck: bytes) -> None:
+        """Drop ``ck`` from the per-key index of cached sessions."""
         kb = ck[:-16]
         cks = self._cached_by_key[kb]
         del cks[bisect_left(cks, ck)]
         if not cks:
             del self._cached_by_key[kb]
+
+    def _flush_session(self, ck: bytes, session: Windowed[Any], aggregate: Any) -> None:
+        """Write one dirty session through, and to the flush listener."""
         # the old value is read only to skip the removal of an absent session, or when the
-        # flush listener sends old values (Kafka's CachingSessionStore)
+        # flush listener sends old values (Kafka's CachingSessionStore); the bytes store does
+        # not return a session expired at its own observed stream time, which only its
+        # writes advance (Kafka's segmented store's get), so the removal of a session
+        # already expired there is not forwarded
+        end = session.window.end
         need_old = aggregate is None or (self.flush_listener is not None and self.send_old_values)
-        old_vb = self.backend.get(ck) if need_old else None
+        old_vb = self.backend.get(ck) if need_old and end > self.observed_stream_time - self.retention_ms else None
         if aggregate is None and old_vb is None:
             return
-        self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
+        self._put_bytes(ck, aggregate, end)
         if self.flush_listener is not None:
-            end = session.window.end
             new = ValueAndTimestamp(aggregate, end)  # a removal: value None, still stamped with the end
             send_old = old_vb is not None and self.send_old_values
             old = ValueAndTimestamp(self.value_serde.deserialize(old_vb), end) if send_old else None
             self.flush_listener(session, new, old)
 
+    def _evict(self) -> None:
+        """Flush the least recently updated dirty session (the cache is full); it leaves
+        the cache."""
+        assert self.cache is not None
+        ck, (session, aggregate) = self.cache.entries.popitem(last=False)
+        self._uncache(ck)
+        self._flush_session(ck, session, aggregate)
+
+    def flush_cache(self) -> None:
+        """Flush every dirty session in update order; a flushed session stays cached as a
+        clean entry, a flushed removal leaves the cache (Kafka's NamedCache#flush)."""
+        cache = self.cache
+        if cache is None:
+            return
+        while cache.entries:
+            ck, (session, aggregate) = cache.entries.popitem(last=False)
+            self._flush_session(ck, session, aggregate)
+            if aggregate is None:
+                self._uncache(ck)
+            else:
+                cache.keep_clean(ck, session, aggregate)
 
     def _cached(self, kb: bytes | None, lo_end: int = 0) -> list[tuple[bytes, Windowed[Any], Any]]:
-        """``(composite key, session, aggregate or None)`` of the cached sessions of ``kb``
-        (None: of every key) whose end is ``>= lo_end`` (ms), by end then start."""
-        if not self.cache:
-            return []
+        """``(composite key, session, aggregate or None)`` of the cached sessions (dirty
+        or clean) of ``kb`` (None: of every key) whose end is ``>= lo_end`` (ms), by end
+        then start."""
         cache = self.cache
+        if cache is None or not self._cached_by_key:
+            return []
+        get = cache.get
         if kb is None:
-            return [(ck, sess, agg) for ck, (sess, agg) in cache.items() if sess.window.end >= lo_end]
+            return [(ck, *get(ck)) for cks in self._cached_by_key.values() for ck in cks  # type: ignore[misc]
+                    if _QQ.unpack_from(ck, len(ck) - 16)[0] >= lo_end]
         cks = self._cached_by_key.get(kb)
         if not cks:
             return []
-        return [(ck, *cache[ck]) for ck in cks[bisect_left(cks, kb + _QQ.pack(max(lo_end, 0), 0)):]]
+        return [(ck, *get(ck)) for ck in cks[bisect_left(cks, kb + _QQ.pack(max(lo_end, 0), 0)):]]  # type: ignore[misc]
 
     # -- reads
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
         """Sessions of ``key`` with ``end >= earliest_session_end`` and
-        ``start <= latest_session_start`` (ms), ordered by end then start."""
+        ``start <= latest_session_start`` (ms), ordered by end then start. The bytes store
+        returns unexpired sessions only; the cache every session it holds (Kafka's
+        CachingSessionStore#findSessions merges the two)."""
         kb = self.key_serde.serialize(key) or b""
         lo_end = max(earliest_session_end, self.observed_stream_time - self.retention_ms + 1) if self.observed_stream_time >= 0 else earliest_session_end
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
@@ -685,26 +785,31 @@ class SessionStore(_StoreBase):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
             if start <= latest_session_start:
                 rows[ck] = (Windowed(key, Window(start, end)), self.value_serde.deserialize(vb))
-        for ck, sess, agg in self._cached(kb, lo_end):
+        for ck, sess, agg in self._cached(kb, earliest_session_end):
             if sess.window.start <= latest_session_start:
                 rows[ck] = (sess, agg)
         return [rows[ck] for ck in sorted(rows) if rows[ck][1] is not None]
 
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
-        """The aggregate of ``key``'s session ``[start, end]`` (ms), or None."""
+        """The aggregate of ``key``'s session ``[start, end]`` (ms), or None (also when
+        expired in the bytes store and not cached)."""
         kb = self.key_serde.serialize(key) or b""
         ck = self._ck(kb, start, end)
-        if self.cache and ck in self.cache:
-            return self.cache[ck][1]
+        if self.cache is not None:
+            hit = self.cache.get(ck)
+            if hit is not None:
+                return hit[1]
+        if end <= self.observed_stream_time - self.retention_ms:  # expired (Kafka's segmented store's get)
+            return None
         vb = self.backend.get(ck)
         return None if vb is None else self.value_serde.deserialize(vb)
 
     def fetch(self, key: Any) -> list[tuple[Windowed[Any], Any]]:
-        """Every unexpired session of ``key``."""
+        """Every session of ``key``: unexpired, or still cached."""
         return self.find_sessions(key, 0, _MAX)
 
     def all(self) -> list[tuple[Windowed[Any], Any]]:
-        """Every unexpired session, by serialized key, then end, then start."""
+        """Every session (unexpired, or still cached), by serialized key, then end, then start."""
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
         for ck, vb in self.backend.range(None, None):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
