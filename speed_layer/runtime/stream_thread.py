@@ -1,5 +1,6 @@
 """StreamThread: one consumer, one producer, the tasks of its partitions (Kafka's
-``StreamThread`` + ``TaskManager``).
+``StreamThread``; the tasks themselves, their restore and checkpoints are its
+:class:`~.task_manager.TaskManager`'s).
 
 Loop (``runOnce``): poll records into the tasks' per-partition buffers (pausing partitions
 whose buffer holds ``buffered.records.per.partition`` records, resuming them when drained:
@@ -44,9 +45,10 @@ from ..errors import StreamsException
 from .input_buffers import InputBuffers
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
-from .restore import ChangelogRestorer, RestoreEntry, delete_checkpoint, read_checkpoint, write_checkpoint
-from .task import Metrics, StreamTask
+from .restore import ChangelogRestorer
+from .task import Metrics
 from .task_executor import TaskExecutor
+from .task_manager import TaskManager
 
 if TYPE_CHECKING:
     from .kafka_streams import KafkaStreams
@@ -60,9 +62,6 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
                        KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 #: offset-commit errors of a group that is rebalancing (the commit is retried later)
 _REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
-#: records (summed over a task's changelog partitions) between two checkpoints at commit,
-#: Kafka's ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``
-CHECKPOINT_OFFSET_DELTA = 10_000
 #: Kafka's ``repartition.purge.interval.ms`` default (30 s)
 REPARTITION_PURGE_INTERVAL_S = 30.0
 #: How long an exactly-once thread retries aborting a transaction that failed to commit
@@ -156,14 +155,13 @@ class StreamThread(threading.Thread):
         self.eos = self.config.exactly_once
         self.metrics = Metrics()
         self.thread_state = "CREATED"
-        self.tasks: dict[str, StreamTask] = {}
-        self.task_tps: dict[str, list[TP]] = {}
-        self.tp_task: dict[TP, StreamTask] = {}
-        self._task_locks: dict[str, threading.Lock] = {}
-        #: per task: {changelog or source tp: "changelog" | "source"} of persistent stores
-        self._store_tps: dict[str, dict[TP, str]] = {}
-        self._restored_end: dict[TP, int] = {}
-        self.committed: dict[TP, int] = {}
+        #: the active tasks, their partitions, committed offsets and local state
+        self.task_manager = TaskManager(self.name, self.config, self.plan, self.topology, streams.state_directory,
+                                        streams.global_stores, self.metrics, self)
+        self.tasks = self.task_manager.tasks
+        self.task_tps = self.task_manager.task_tps
+        self.tp_task = self.task_manager.tp_task
+        self.committed = self.task_manager.committed
         #: which tasks may process now (KIP-695, the repartition round-trip waits); it owns
         #: the end-of-partition flags, fetched positions and tracked partitions
         self.readiness = Readiness(
@@ -176,7 +174,6 @@ class StreamThread(threading.Thread):
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
         #: which ready task processes next, and how many records (the lowest head first)
         self.executor = TaskExecutor(self.tasks, self.task_tps, self.readiness, self._maybe_begin)
-        self._last_checkpoint: dict[str, dict[TP, int]] = {}
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
         self._admin: Any = None
@@ -193,8 +190,45 @@ class StreamThread(threading.Thread):
         self.error: BaseException | None = None
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
-        self.collector: KafkaRecordCollector | None = None
-        self.restorer: ChangelogRestorer | None = None
+
+    @property
+    def collector(self) -> KafkaRecordCollector | None:
+        """The record collector of the current producer (shared with the task manager)."""
+        return self.task_manager.collector
+
+    @collector.setter
+    def collector(self, collector: KafkaRecordCollector | None) -> None:
+        self.task_manager.collector = collector
+
+    @property
+    def restorer(self) -> ChangelogRestorer | None:
+        """The changelog restorer (shared with the task manager)."""
+        return self.task_manager.restorer
+
+    @restorer.setter
+    def restorer(self, restorer: ChangelogRestorer | None) -> None:
+        self.task_manager.restorer = restorer
+
+    # ------------------------------------------------------------------ TaskListener
+    def task_added(self, task_id: str, tps: list[TP]) -> None:
+        assert self.collector is not None
+        for tp in tps:
+            self.readiness.add_partition(tp, tp[0] in self.plan.repartition)
+            if tp[0] in self.plan.repartition:
+                self.collector.track(tp)
+
+    def task_removed(self, task_id: str, tps: list[TP]) -> None:
+        self.readiness.remove_task(task_id, tps)
+        for tp in tps:
+            if self.collector is not None:
+                self.collector.untrack(tp)
+            self.inputs.forget(tp)
+
+    def standby_claim(self, task_id: str) -> None:
+        self.hooks.standby_claim(task_id)
+
+    def standby_release(self, task_id: str) -> None:
+        self.hooks.standby_release(task_id)
 
     # ------------------------------------------------------------------ lifecycle
     def _set_state(self, state: str) -> None:
@@ -335,7 +369,7 @@ class StreamThread(threading.Thread):
                 assignment.append(TopicPartition(t, p, off))
             if assignment:
                 consumer.incremental_assign(assignment)
-            self._create_tasks(tps, committed)
+            self.task_manager.create_tasks(tps, committed)
             self._last_commit = time.monotonic()
             self._set_state("RUNNING")
             self.hooks.standby_refresh()
@@ -435,155 +469,6 @@ class StreamThread(threading.Thread):
             self._admin = AdminClient(conf)
         return self._admin
 
-    # ------------------------------------------------------------------ tasks
-    def _create_tasks(self, tps: list[TP], committed: dict[TP, int]) -> None:
-        by_task: dict[str, list[TP]] = {}
-        for t, p in tps:
-            tid = self.plan.task_for(t, p)
-            if tid is None:
-                raise StreamsException(f"no task reads {t}-{p}")
-            by_task.setdefault(tid, []).append((t, p))
-        for tid, task_tps in sorted(by_task.items()):
-            self._create_task(tid, task_tps, committed)
-
-    def _create_task(self, task_id: str, tps: list[TP], committed: dict[TP, int]) -> None:
-        assert self.restorer is not None and self.collector is not None
-        sub_id, partition = (int(x) for x in task_id.split("_"))
-        sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
-        state = self.streams.state_directory
-        self.hooks.standby_claim(task_id)  # a warm standby here hands its stores over first
-        lock = state.lock_task(task_id)
-        task: StreamTask | None = None
-        try:
-            task_dir = state.task_dir(task_id)
-            store_tps: dict[str, tuple[TP, str]] = {}
-            for s in sub.stores:
-                spec = self.topology.stores[s]
-                if spec.source_topic_changelog:
-                    topic = spec.source_topic_changelog
-                    if partition < self.plan.partitions.get(topic, 0):
-                        store_tps[s] = ((topic, partition), "source")
-                elif spec.logging:
-                    store_tps[s] = ((spec.changelog_topic(self.config.application_id), partition), "changelog")
-            watermarks = {tp: self.restorer.watermarks(*tp) for tp, _ in store_tps.values()}
-            checkpoint = read_checkpoint(task_dir)
-            wipe = checkpoint is None and (task_dir / "rocksdb").exists()
-            for tp, kind in store_tps.values():
-                if checkpoint is None or tp not in checkpoint:
-                    continue
-                lo, hi = watermarks[tp]
-                limit = hi if kind == "changelog" else committed.get(tp, -1)
-                if not lo <= checkpoint[tp] <= limit:
-                    log.warning("task %s: checkpoint %s=%d outside [%d, %d]: wiping local state", task_id, tp, checkpoint[tp], lo, limit)
-                    wipe = True
-            if wipe:
-                state.wipe(task_dir)
-                checkpoint = None
-            ckpt = checkpoint or {}
-
-            def sender(topic: str, key: bytes, value: bytes | None, ts: int, _p: int = partition) -> None:
-                if topic in self.plan.source_changelogs:
-                    return  # a KTable's source topic is its changelog: nothing to write
-                assert self.collector is not None
-                self.collector.send(topic, key, value, ts, [], _p)
-
-            task = StreamTask(
-                task_id, self.topology, sub, partition, self.config, self.collector,
-                state_dir=task_dir, global_stores=self.streams.global_stores,
-                clock=lambda: int(time.time() * 1000), metrics=self.metrics, changelog_sender=sender,
-            )
-            entries: list[RestoreEntry] = []
-            persistent: dict[TP, str] = {}
-            for s, (tp, kind) in store_tps.items():
-                store = task.stores[s]
-                lo, hi = watermarks[tp]
-                start = ckpt[tp] if store.persistent and tp in ckpt else lo
-                if kind == "changelog":
-                    self.collector.report_offsets(tp[0])  # checkpoints write its acked offsets
-                    end = hi
-                    apply = (lambda st: lambda k, v, ts, h: st.restore(k, v))(store)
-                else:
-                    end = committed.get(tp, lo)
-                    apply = self._source_restorer(task, tp[0], store)
-                entries.append(RestoreEntry(tp[0], tp[1], start, end, apply))
-                self._restored_end[tp] = max(start, end)
-                if store.persistent:
-                    persistent[tp] = kind
-            log.debug("%s: creating task %s (checkpoint %s, wiped %s): restoring %s", self.name, task_id, checkpoint, wipe,
-                     [(e.topic, e.partition, e.start, e.end) for e in entries])
-            self.restorer.restore(entries)
-            self.metrics.inc(task_id, "restored-records", sum(e.restored for e in entries))
-            for st in task.stores.values():
-                st.flush()
-            if self.eos:
-                delete_checkpoint(task_dir)  # Kafka: no checkpoint while processing under EOS
-            task.initialize()
-        except BaseException:
-            if task is not None:
-                try:
-                    task.close()  # release the stores (RocksDB locks) before giving up
-                except Exception:  # noqa: BLE001 - already failing
-                    log.exception("closing task %s after a failed creation failed", task_id)
-            lock.release()
-            raise
-        self.tasks[task_id] = task
-        self._task_locks[task_id] = lock
-        self._store_tps[task_id] = persistent
-        self.task_tps[task_id] = sorted(tps)
-        for tp in tps:
-            self.tp_task[tp] = task
-            self.readiness.add_partition(tp, tp[0] in self.plan.repartition)
-            if tp[0] in self.plan.repartition:
-                self.collector.track(tp)
-            if tp in committed:
-                self.committed[tp] = committed[tp]
-        log.debug("%s: task %s reads %s from committed offsets %s", self.name, task_id, tps, {tp: committed.get(tp) for tp in tps})
-
-    def _source_restorer(self, task: StreamTask, topic: str, store: Any) -> Any:
-        """Restore a KTable store from its source topic: deserialize with the source's serdes
-        and put (Kafka's source-topic changelog restore)."""
-        node = task.sources[topic]
-        ks, vs = task.node_serdes(node)
-
-        def apply(kb: bytes | None, vb: bytes | None, ts: int, headers: Any) -> None:
-            try:
-                key, value = ks.deserialize(kb), vs.deserialize(vb)
-            except Exception as exc:  # noqa: BLE001 - the record was skipped by processing too
-                log.warning("task %s: skipping undeserializable %s record while restoring: %r", task.task_id, topic, exc)
-                return
-            if key is None:
-                return
-            store.put(key, value, ts)  # KeyValueStore and VersionedKeyValueStore alike
-
-        return apply
-
-    def _checkpoint(self, task_id: str, force: bool = False) -> None:
-        """Write the task's checkpoint: at-least-once, at a commit once its offsets moved by
-        more than ``CHECKPOINT_OFFSET_DELTA`` records in all (Kafka's
-        ``StateManagerUtil#checkpointNeeded``); on a clean close (``force``) whenever they
-        moved. An older checkpoint only means a longer restore: replaying the changelog
-        from it rewrites the same values."""
-        assert self.collector is not None
-        offsets: dict[TP, int] = {}
-        for tp, kind in self._store_tps.get(task_id, {}).items():
-            if kind == "changelog":
-                off = max(self.collector.acked_offsets.get(tp, -1), self._restored_end.get(tp, -1))
-            else:
-                off = self.committed.get(tp, self._restored_end.get(tp, -1))
-            if off >= 0:
-                offsets[tp] = off
-        if not self.tasks[task_id].stores:
-            return
-        last = self._last_checkpoint.get(task_id)
-        if last == offsets:
-            return
-        if not force and last is not None:
-            delta = sum(off - last.get(tp, 0) for tp, off in offsets.items())
-            if delta <= CHECKPOINT_OFFSET_DELTA:
-                return
-        write_checkpoint(self.streams.state_directory.task_dir(task_id), offsets)
-        self._last_checkpoint[task_id] = offsets
-
     def _abort_and_rewind(self, cause: KafkaException) -> None:
         """Exactly-once recovery from a transaction that could not commit but may be aborted
         (e.g. a timeout while the broker did not answer), as Kafka Streams' handling of a
@@ -665,7 +550,7 @@ class StreamThread(threading.Thread):
             if off is None:
                 off = OFFSET_BEGINNING if self._reset_policy(t) == "earliest" else OFFSET_END
             self.consumer.seek(TopicPartition(t, p, off))
-        self._create_tasks(tps, committed)
+        self.task_manager.create_tasks(tps, committed)
         self._last_commit = time.monotonic()
         for tid in self.tasks:
             self.metrics.inc(tid, "task-corrupted")
@@ -682,26 +567,7 @@ class StreamThread(threading.Thread):
                 log.exception("aborting the transaction failed")
             self._in_txn = False
         for tid in task_ids:
-            task = self.tasks.get(tid)
-            if task is None:
-                continue
-            try:
-                if clean:
-                    self._checkpoint(tid, force=True)
-                task.close()
-            finally:
-                del self.tasks[tid]
-                self._store_tps.pop(tid, None)
-                self._last_checkpoint.pop(tid, None)
-                self.readiness.remove_task(tid, self.task_tps.get(tid, []))
-                for tp in self.task_tps.pop(tid, []):
-                    self.tp_task.pop(tp, None)
-                    if self.collector is not None:
-                        self.collector.untrack(tp)
-                    self.inputs.forget(tp)
-                    self.committed.pop(tp, None)
-                self._task_locks.pop(tid).release()
-                self.hooks.standby_release(tid)
+            self.task_manager.close_task(tid, clean)
 
     # ------------------------------------------------------------------ the loop
     def _run_once(self) -> None:
@@ -834,7 +700,7 @@ class StreamThread(threading.Thread):
             self.commit_total += 1
         if not self.eos:
             for tid in self.tasks:
-                self._checkpoint(tid)
+                self.task_manager.checkpoint(tid)
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
 
