@@ -49,7 +49,7 @@ from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, desc
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
 from .standby import StandbyUpdater
-from .stream_thread import StreamThread, ThreadHooks
+from .stream_thread import StreamThread, ThreadContext, ThreadHooks
 
 log = logging.getLogger("speed_layer.streams")
 
@@ -221,6 +221,11 @@ class KafkaStreams:
             raise StreamsException("set_uncaught_exception_handler must be called before start()")
         self._handler = handler
 
+    def _thread_context(self) -> ThreadContext:
+        return ThreadContext(self.config, self.plan, self.topology, self.process_id, self.state_directory, self.global_stores,
+                             self.partition_counts, self.commit_interval_ms, self.consumer_config, self.producer_config,
+                             self.client_overrides)
+
     def _thread_hooks(self) -> ThreadHooks:
         return ThreadHooks(self._on_thread_state_change, self._on_thread_error, self._standby_claim,
                            self._standby_release, self._standby_refresh)
@@ -254,7 +259,7 @@ class KafkaStreams:
         if action == "REPLACE_THREAD" and thread is not None:
             with self._lock:
                 if self._state in ("REBALANCING", "RUNNING"):
-                    new = StreamThread(self, thread.index, self._thread_hooks())
+                    new = StreamThread(self._thread_context(), thread.index, self._thread_hooks())
                     self._threads = [new if t is thread else t for t in self._threads]
                     new.start()
                     log.warning("replaced stream thread %s after %r", thread.name, exc)
@@ -331,7 +336,7 @@ class KafkaStreams:
             sconf.update(self.client_overrides("consumer."))
             self._standby = StandbyUpdater(self, sconf, lambda exc: self._on_thread_error(None, exc), self._admin_client, self._reset_admin)
         with self._lock:
-            self._threads = [StreamThread(self, i + 1, self._thread_hooks()) for i in range(cfg.num_stream_threads)]
+            self._threads = [StreamThread(self._thread_context(), i + 1, self._thread_hooks()) for i in range(cfg.num_stream_threads)]
             for t in self._threads:
                 t.start()
         if self._standby is not None:

@@ -51,11 +51,15 @@ from .task_executor import TaskExecutor
 from .task_manager import TaskManager
 
 if TYPE_CHECKING:
-    from .kafka_streams import KafkaStreams
+    from ..config import StreamsConfig
+    from ..topology import Topology
+    from .internal_topics import TopologyPlan
+    from .record_collector import PartitionCounts
+    from .restore import StateDirectory
 
 log = logging.getLogger("speed_layer.thread")
 
-__all__ = ["StreamThread"]
+__all__ = ["StreamThread", "ThreadContext", "ThreadHooks"]
 
 TP = tuple[str, int]
 _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -122,6 +126,32 @@ def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
 
 
 @dataclass(frozen=True)
+class ThreadContext:
+    """What a stream thread needs of its client, fixed when the client starts (Kafka's
+    ``StreamThread#create`` gets the configs, the topology metadata, the state directory
+    and the client suppliers, not the ``KafkaStreams`` instance)."""
+
+    config: "StreamsConfig"
+    plan: "TopologyPlan"
+    topology: "Topology"
+    #: the instance's id (from its state directory): part of the clients' and the transactional ids
+    process_id: str
+    state_directory: "StateDirectory"
+    #: the instance's global stores (read by the tasks)
+    global_stores: dict[str, Any]
+    #: topic -> partitions, of the topics the thread's producer writes
+    partition_counts: "PartitionCounts"
+    #: the effective ``commit.interval.ms`` (100 under exactly-once unless set)
+    commit_interval_ms: int
+    #: client id -> the consumer config (Kafka's ``getMainConsumerConfigs``)
+    consumer_config: Callable[[str], dict[str, Any]]
+    #: client id -> the producer config
+    producer_config: Callable[[str], dict[str, Any]]
+    #: prefix (``"consumer."``, ``"admin."``) -> the user's overrides for that client
+    client_overrides: Callable[[str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class ThreadHooks:
     """What a stream thread reports to its client and asks of the instance's standby
     updater (Kafka's ``StreamThread.StateListener``, the uncaught exception handler, and
@@ -144,20 +174,20 @@ class StreamThread(threading.Thread):
     """See the module docstring. States (Kafka's ``StreamThread.State``): CREATED, STARTING,
     PARTITIONS_REVOKED, PARTITIONS_ASSIGNED, RUNNING, PENDING_SHUTDOWN, DEAD."""
 
-    def __init__(self, streams: "KafkaStreams", index: int, hooks: ThreadHooks) -> None:
-        super().__init__(name=f"{streams.config.application_id}-StreamThread-{index}", daemon=True)
-        self.streams = streams
+    def __init__(self, context: ThreadContext, index: int, hooks: ThreadHooks) -> None:
+        super().__init__(name=f"{context.config.application_id}-StreamThread-{index}", daemon=True)
+        self.context = context
         self.hooks = hooks
         self.index = index
-        self.config = streams.config
-        self.plan = streams.plan
-        self.topology = streams.topology
+        self.config = context.config
+        self.plan = context.plan
+        self.topology = context.topology
         self.eos = self.config.exactly_once
         self.metrics = Metrics()
         self.thread_state = "CREATED"
         #: the active tasks, their partitions, committed offsets and local state
-        self.task_manager = TaskManager(self.name, self.config, self.plan, self.topology, streams.state_directory,
-                                        streams.global_stores, self.metrics, self)
+        self.task_manager = TaskManager(self.name, self.config, self.plan, self.topology, context.state_directory,
+                                        context.global_stores, self.metrics, self)
         self.tasks = self.task_manager.tasks
         self.task_tps = self.task_manager.task_tps
         self.tp_task = self.task_manager.tp_task
@@ -238,7 +268,7 @@ class StreamThread(threading.Thread):
         self.hooks.on_state_change(self)
 
     def _setup_clients(self) -> None:
-        s = self.streams
+        s = self.context
         client_id = f"{self.config.application_id}-{s.process_id}-StreamThread-{self.index}"
         cconf = s.consumer_config(client_id=f"{client_id}-consumer")
         cconf.update({
@@ -258,7 +288,7 @@ class StreamThread(threading.Thread):
         """Create the thread's producer and record collector (exactly-once: a transactional
         producer with a stable ``transactional.id``; ``init_transactions`` fences any older
         producer with the same id and aborts its open transaction)."""
-        s = self.streams
+        s = self.context
         pconf = s.producer_config(client_id=f"{self.config.application_id}-{s.process_id}-StreamThread-{self.index}-producer")
         if self.eos:
             pconf["transactional.id"] = f"{self.config.application_id}-{s.process_id}-{self.index}"
@@ -465,7 +495,7 @@ class StreamThread(threading.Thread):
             from confluent_kafka.admin import AdminClient
 
             conf = {"bootstrap.servers": self.config.bootstrap_servers, "logger": logging.getLogger("speed_layer.kafka")}
-            conf.update(self.streams.client_overrides("admin."))
+            conf.update(self.context.client_overrides("admin."))
             self._admin = AdminClient(conf)
         return self._admin
 
@@ -595,7 +625,7 @@ class StreamThread(threading.Thread):
         self._restore_metadata()
         self.executor.process()
         self.executor.punctuate(int(time.time() * 1000))
-        if (time.monotonic() - self._last_commit) * 1000 >= self.streams.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
+        if (time.monotonic() - self._last_commit) * 1000 >= self.context.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
         elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():
             self._commit()
