@@ -34,8 +34,8 @@ class SessionStore(_StoreBase):
         self.retention_ms = retention_ms
         self.observed_stream_time = -1
         #: composite key -> (session, aggregate or None for a removal)
-        self.cache: _Cache | None = _Cache(cache_max_entries, self._uncache) if caching else None
-        #: serialized key -> its composite keys in the cache (dirty or clean), sorted (by
+        self.cache: _Cache | None = _Cache(cache_max_entries) if caching else None
+        #: serialized key -> its composite keys among the dirty cache entries, sorted (by
         #: end, then start: a lookup of one key's sessions bisects to the earliest end it wants)
         self._cached_by_key: dict[bytes, list[bytes]] = {}
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
@@ -54,22 +54,24 @@ class SessionStore(_StoreBase):
         ck = self._ck(kb, session.window.start, session.window.end)
         cache = self.cache
         if cache is not None:
-            if ck not in cache.entries and ck not in cache.clean:
+            if ck not in cache.entries:
                 insort(self._cached_by_key.setdefault(kb, []), ck)
             cache.put(ck, session, aggregate)
-            if len(cache.entries) + len(cache.clean) > cache.max_entries and cache.must_evict():
+            if len(cache.entries) > cache.max_entries:
                 self._evict()
             return
-        self._put_bytes(ck, aggregate, session.window.end)
+        self._put_bytes(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
 
-    def _put_bytes(self, ck: bytes, aggregate: Any, end: int) -> None:
+    def _put_bytes(self, ck: bytes, vb: bytes | None, end: int, keep_expired: bool = False) -> None:
         """Put into the bytes store (Kafka's segmented store's put): the session end
-        advances the observed stream time; an expired session is dropped."""
+        advances the observed stream time; an expired session is dropped, unless
+        ``keep_expired`` (a cache flush: a clean cache entry reads its value there; reads
+        filter by retention, so nothing else sees it)."""
         if end > self.observed_stream_time:
             self.observed_stream_time = end
-        if end <= self.observed_stream_time - self.retention_ms:
+        if end <= self.observed_stream_time - self.retention_ms and not keep_expired:
             return
-        self._write(ck, None if aggregate is None else self.value_serde.serialize(aggregate), end)
+        self._write(ck, vb, end)
 
     def remove(self, session: Windowed[Any]) -> None:
         self.put(session, None)
@@ -95,7 +97,8 @@ class SessionStore(_StoreBase):
         old_vb = self.backend.get(ck) if need_old and end > self.observed_stream_time - self.retention_ms else None
         if aggregate is None and old_vb is None:
             return
-        self._put_bytes(ck, aggregate, end)
+        vb = None if aggregate is None else self.value_serde.serialize(aggregate)
+        self._put_bytes(ck, vb, end, keep_expired=True)
         if self.flush_listener is not None:
             new = ValueAndTimestamp(aggregate, end)  # a removal: value None, still stamped with the end
             send_old = old_vb is not None and self.send_old_values
@@ -107,6 +110,7 @@ class SessionStore(_StoreBase):
         the cache."""
         assert self.cache is not None
         ck, (session, aggregate) = self.cache.entries.popitem(last=False)
+        self.cache.forget(ck)
         self._uncache(ck)
         self._flush_session(ck, session, aggregate)
 
@@ -118,27 +122,32 @@ class SessionStore(_StoreBase):
             return
         while cache.entries:
             ck, (session, aggregate) = cache.entries.popitem(last=False)
+            self._uncache(ck)
             self._flush_session(ck, session, aggregate)
             if aggregate is None:
-                self._uncache(ck)
+                cache.forget(ck)
             else:
-                cache.keep_clean(ck, session, aggregate)
+                cache.keep_clean(ck)
 
     def _cached(self, kb: bytes | None, lo_end: int = 0) -> list[tuple[bytes, Windowed[Any], Any]]:
-        """``(composite key, session, aggregate or None)`` of the cached sessions (dirty
-        or clean) of ``kb`` (None: of every key) whose end is ``>= lo_end`` (ms), by end
-        then start."""
-        cache = self.cache
-        if cache is None or not self._cached_by_key:
+        """``(composite key, session, aggregate or None)`` of the dirty cached sessions of
+        ``kb`` (None: of every key) whose end is ``>= lo_end`` (ms), by end then start."""
+        if not self.cache:
             return []
-        get = cache.get
+        entries = self.cache.entries
         if kb is None:
-            return [(ck, *get(ck)) for cks in self._cached_by_key.values() for ck in cks  # type: ignore[misc]
-                    if _QQ.unpack_from(ck, len(ck) - 16)[0] >= lo_end]
+            return [(ck, sess, agg) for ck, (sess, agg) in entries.items() if sess.window.end >= lo_end]
         cks = self._cached_by_key.get(kb)
         if not cks:
             return []
-        return [(ck, *get(ck)) for ck in cks[bisect_left(cks, kb + _QQ.pack(max(lo_end, 0), 0)):]]  # type: ignore[misc]
+        return [(ck, *entries[ck]) for ck in cks[bisect_left(cks, kb + _QQ.pack(max(lo_end, 0), 0)):]]
+
+    def _live_from(self, earliest_session_end: int) -> int:
+        """The smallest session end the bytes store returns (ms), Kafka's ``observed stream
+        time - retention + 1``."""
+        if self.observed_stream_time < 0:
+            return earliest_session_end
+        return max(earliest_session_end, self.observed_stream_time - self.retention_ms + 1)
 
     # -- reads
     def find_sessions(self, key: Any, earliest_session_end: int, latest_session_start: int) -> list[tuple[Windowed[Any], Any]]:
@@ -147,13 +156,15 @@ class SessionStore(_StoreBase):
         returns unexpired sessions only; the cache every session it holds (Kafka's
         CachingSessionStore#findSessions merges the two)."""
         kb = self.key_serde.serialize(key) or b""
-        lo_end = max(earliest_session_end, self.observed_stream_time - self.retention_ms + 1) if self.observed_stream_time >= 0 else earliest_session_end
+        lo_end = self._live_from(earliest_session_end)
+        is_clean = self.cache.is_clean if self.cache is not None and self.cache.clean else None
+        scan_from = earliest_session_end if is_clean is not None else lo_end
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
-        for ck, vb in self.backend.range(kb + _QQ.pack(max(lo_end, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
+        for ck, vb in self.backend.range(kb + _QQ.pack(max(scan_from, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
             if ck[:-16] != kb:
                 continue
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
-            if start <= latest_session_start:
+            if start <= latest_session_start and (end >= lo_end or (is_clean is not None and is_clean(ck))):
                 rows[ck] = (Windowed(key, Window(start, end)), self.value_serde.deserialize(vb))
         for ck, sess, agg in self._cached(kb, earliest_session_end):
             if sess.window.start <= latest_session_start:
@@ -166,11 +177,11 @@ class SessionStore(_StoreBase):
         kb = self.key_serde.serialize(key) or b""
         ck = self._ck(kb, start, end)
         if self.cache is not None:
-            hit = self.cache.get(ck)
+            hit = self.cache.entries.get(ck)
             if hit is not None:
                 return hit[1]
-        if end <= self.observed_stream_time - self.retention_ms:  # expired (Kafka's segmented store's get)
-            return None
+        if end < self._live_from(end) and (self.cache is None or not self.cache.is_clean(ck)):
+            return None  # expired (Kafka's segmented store's get), and not cached
         vb = self.backend.get(ck)
         return None if vb is None else self.value_serde.deserialize(vb)
 
@@ -181,9 +192,10 @@ class SessionStore(_StoreBase):
     def all(self) -> list[tuple[Windowed[Any], Any]]:
         """Every session (unexpired, or still cached), by serialized key, then end, then start."""
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
+        is_clean = self.cache.is_clean if self.cache is not None and self.cache.clean else None
         for ck, vb in self.backend.range(None, None):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
-            if self.observed_stream_time >= 0 and end <= self.observed_stream_time - self.retention_ms:
+            if end < self._live_from(end) and (is_clean is None or not is_clean(ck)):
                 continue
             rows[ck] = (Windowed(self.key_serde.deserialize(ck[:-16]), Window(start, end)), self.value_serde.deserialize(vb))
         for ck, sess, agg in self._cached(None):

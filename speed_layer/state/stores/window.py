@@ -77,7 +77,7 @@ class WindowStore(_StoreBase):
             # older than the retention; the bytes store below is what drops expired windows
             vt = ValueAndTimestamp(value, timestamp)  # a cached delete keeps its timestamp
             self.cache.put((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start), (key, window_start), vt)
-            if len(self.cache.entries) + len(self.cache.clean) > self.cache.max_entries and self.cache.must_evict():
+            if len(self.cache.entries) > self.cache.max_entries:
                 self._evict()
             return
         if self._expired(window_start):
@@ -116,23 +116,28 @@ class WindowStore(_StoreBase):
         get = entries.get
         move = entries.move_to_end
         max_entries = cache.max_entries
+        clean_from = cache.flushes - max_entries  # clean entries flushed after it are still cached
         retention = self.retention_ms
         kb: bytes | None = None
         observed = self.observed_stream_time
         expired_to = observed - retention if observed >= 0 else _MIN
         for start in starts:
             ck = (key, start)
-            # fetch_one_with_timestamp: the cache (dirty, then clean) first; an expired
-            # window reads as absent from the bytes store
+            # fetch_one_with_timestamp: a dirty entry, else the bytes store; an expired
+            # window reads as absent unless still cached clean
             hit = get(ck)
-            if hit is None and clean:
-                hit = clean.get(ck)
             if hit is not None:
                 old = hit[1]
                 if old is not None and old[0] is None:
                     old = None
             elif start <= expired_to:
                 old = None
+                if clean:
+                    if kb is None:
+                        kb = self._key_bytes(key)
+                    n = clean.get(kb + _Q.pack(start))
+                    if n is not None and n > clean_from:
+                        old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
             else:
                 if kb is None:
                     kb = self._key_bytes(key)
@@ -148,9 +153,7 @@ class WindowStore(_StoreBase):
                 expired_to = observed - retention
             entries[ck] = (ck, vt)
             move(ck)
-            if clean:
-                clean.pop(ck, None)  # now dirty
-            if len(entries) + len(clean) > max_entries and cache.must_evict():
+            if len(entries) > max_entries:
                 self._evict()
 
     def _key_bytes(self, key: Any) -> bytes:
@@ -167,7 +170,9 @@ class WindowStore(_StoreBase):
         return kb
 
     # -- cache
-    def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> None:
+    def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> bytes:
+        """Write one dirty window through (also when expired: reads filter by retention),
+        and to the flush listener; returns its serialized store key."""
         kb = self._key_bytes(key) + _Q.pack(start)  # cached stores never retain duplicates
         deleted = vt is None or vt.value is None
         old = self._flush_old(kb, deleted)
@@ -176,11 +181,12 @@ class WindowStore(_StoreBase):
         if self.flush_listener is not None and not (deleted and old is None):
             self.flush_listener(Windowed(key, Window(start, start + self.window_size_ms)), vt,
                                 old if self.send_old_values else None)
+        return kb
 
     def _evict(self) -> None:
         assert self.cache is not None
         _, ((key, start), vt) = self.cache.entries.popitem(last=False)
-        self._flush_entry(key, start, vt)
+        self.cache.forget(self._flush_entry(key, start, vt))
 
     def flush_cache(self) -> None:
         """Write dirty cache entries through (and to the flush listener) in update order;
@@ -189,10 +195,12 @@ class WindowStore(_StoreBase):
         if cache is None:
             return
         while cache.entries:
-            ck, (key_start, vt) = cache.entries.popitem(last=False)
-            self._flush_entry(key_start[0], key_start[1], vt)
-            if vt is not None and vt.value is not None:
-                cache.keep_clean(ck, key_start, vt)
+            _, ((key, start), vt) = cache.entries.popitem(last=False)
+            kb = self._flush_entry(key, start, vt)
+            if vt is None or vt.value is None:
+                cache.forget(kb)
+            else:
+                cache.keep_clean(kb)
 
 
     # -- reads
@@ -200,27 +208,31 @@ class WindowStore(_StoreBase):
         st = self.observed_stream_time
         lo_t = max(time_from, st - self.retention_ms + retained_from_ms, 0) if st >= 0 else max(time_from, 0)
         rows: dict[tuple[bytes, int, bytes], tuple[Any, ValueAndTimestamp | None]] = {}
-        if time_to < lo_t:
+        # Kafka's CachingWindowStore: cached windows are filtered by key and time only, so a
+        # window still cached clean is returned after it expired in the bytes store
+        cache = self.cache
+        is_clean = cache.is_clean if cache is not None and cache.clean else None
+        lo_scan = max(time_from, 0) if is_clean is not None else lo_t
+        if time_to < lo_scan:
             it: Any = ()
         elif kb is not None:
-            lo = kb + _Q.pack(lo_t)
+            lo = kb + _Q.pack(lo_scan)
             hi = kb + _Q.pack(time_to) + (b"\xff" * 4 if self.retain_duplicates else b"")
             it = self.backend.range(lo, hi)
         else:
             it = self.backend.range(None, None)
         for ck, vb in it:
             k, start = self._split(ck)
-            if (kb is not None and k != kb) or not (lo_t <= start <= time_to):
+            if (kb is not None and k != kb) or not (lo_scan <= start <= time_to):
+                continue
+            if start < lo_t and (is_clean is None or not is_clean(ck)):
                 continue
             rows[(k, start, ck)] = (None, self._decode_value(vb))
-        if self.cache is not None:
-            # Kafka's CachingWindowStore: cached windows are filtered by key and time only,
-            # so a clean entry is returned after the window expired in the bytes store
-            for entries in (self.cache.clean, self.cache.entries):  # a dirty entry wins
-                for (key, start), vt in entries.values():
-                    k = self.key_serde.serialize(key) or b""
-                    if (kb is None or k == kb) and time_from <= start <= time_to:
-                        rows[(k, start, self._composite(k, start))] = (key, vt)
+        if cache is not None:
+            for (key, start), vt in cache.entries.values():  # a dirty entry wins
+                k = self.key_serde.serialize(key) or b""
+                if (kb is None or k == kb) and time_from <= start <= time_to:
+                    rows[(k, start, self._composite(k, start))] = (key, vt)
         out = []
         for (k, start, _ck) in sorted(rows):
             key, vt = rows[(k, start, _ck)]
@@ -251,13 +263,15 @@ class WindowStore(_StoreBase):
         """The value of ``key``'s window starting at ``window_start`` (ms), or None. A
         cached window is returned even when expired (Kafka's CachingWindowStore#fetch)."""
         if self.cache is not None:
-            hit = self.cache.get((key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start))
+            ck = (key, window_start) if _hashable(key) else (self.key_serde.serialize(key), window_start)
+            hit = self.cache.entries.get(ck)
             if hit is not None:
                 vt = hit[1]
                 return None if vt is None or vt.value is None else vt
-        if self._expired(window_start):
+        composite = self._composite(self.key_serde.serialize(key) or b"", window_start)
+        if self._expired(window_start) and (self.cache is None or not self.cache.is_clean(composite)):
             return None
-        return self._decode_value(self.backend.get(self._composite(self.key_serde.serialize(key) or b"", window_start)))
+        return self._decode_value(self.backend.get(composite))
 
     def fetch_all(self, time_from: int, time_to: int) -> list[tuple[Windowed[Any], Any]]:
         """``[(Windowed(key, window), value)]`` for every key and window starting in
