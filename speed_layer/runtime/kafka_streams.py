@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from ..config import StreamsConfig
 from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TopologyException
@@ -42,6 +42,7 @@ from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVer
 from ..topology import Topology
 from . import gc_tuning
 from .admin import TopicError, admin_client, ensure_topics
+from .catch_up import CatchUpWaiter
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
 from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, describe_members, group_streams_metadata,
@@ -52,10 +53,6 @@ from .standby import StandbyUpdater
 from .stream_thread import StreamThread, ThreadContext, ThreadHooks
 
 log = logging.getLogger("speed_layer.streams")
-
-#: errors while a partition's leader moves (a broker restarting): retried, not raised
-_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
-                  KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT}
 
 __all__ = [
     "KafkaStreams", "reset_application", "EXCEPTION_HANDLER_RESPONSES", "ReadOnlyKeyValueView", "ReadOnlyWindowView",
@@ -613,100 +610,9 @@ class KafkaStreams:
         """
         if self.plan is None:
             return False
-        deadline = time.monotonic() + timeout_s
-        while self._state != "RUNNING":
-            if self._state not in ("CREATED", "REBALANCING") or time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        # high watermarks, not last stable offsets: right after a transaction commits its
-        # markers may not be written yet, and the LSO would still hide its records
-        probe = Consumer({"bootstrap.servers": self.config.bootstrap_servers, "group.id": self.config.application_id,
-                          "enable.auto.commit": False, "logger": self._logger(), "isolation.level": "read_uncommitted"})
-        try:
-            targets = self._end_offsets(probe, self.plan.user_source_topics())
-            log.debug("wait_until_caught_up: source end offsets %s", targets)
-            if not self._wait_reached(probe, targets, deadline):
-                return False
-            previous: dict[tuple[str, int], int] | None = None
-            while True:
-                internal = self._end_offsets(probe, sorted(self.plan.repartition))
-                log.debug("wait_until_caught_up: repartition end offsets %s", internal)
-                if internal == previous:
-                    return True
-                if not self._wait_reached(probe, internal, deadline):
-                    return False
-                previous = internal
-        finally:
-            probe.close()
-
-    def _end_offsets(self, probe: Consumer, topics: list[str], retry_s: float = 60.0) -> dict[tuple[str, int], int]:
-        """High watermarks; a retriable error (a leader moving after a broker restart) is
-        retried for up to ``retry_s`` seconds."""
-        assert self.plan is not None
-        out = {}
-        for t in topics:
-            for p in range(self.plan.partitions[t]):
-                give_up = time.monotonic() + retry_s
-                while True:
-                    try:
-                        out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
-                        break
-                    except KafkaException as exc:
-                        err = exc.args[0] if exc.args else None
-                        moving = isinstance(err, KafkaError) and err.code() in _LEADER_MOVING
-                        if err is None or not (err.retriable() or moving) or time.monotonic() > give_up:
-                            raise
-                        time.sleep(0.2)
-        return out
-
-    def _wait_reached(self, probe: Consumer, targets: dict[tuple[str, int], int], deadline: float) -> bool:
-        pending = {tp: end for tp, end in targets.items() if end > 0}
-        while pending:
-            if self._state not in ("RUNNING", "REBALANCING"):
-                return False
-            remote = []
-            for tp, end in list(pending.items()):
-                progress = None
-                for th in list(self._threads):
-                    progress = th.progress(tp)
-                    if progress is not None:
-                        break
-                if progress is None:
-                    remote.append(tp)
-                elif progress >= end:
-                    log.debug("caught up (local thread): %s at %d >= %d", tp, progress, end)
-                    del pending[tp]
-                else:
-                    th.request_commit_when_caught_up()
-            if remote:
-                # a partition of another member's task, or of a task moving between two
-                # rounds of a cooperative rebalance (owned by nobody): it counts only once
-                # some member owns the task again and its committed offset is at the end
-                try:
-                    owned = {tp for m in describe_members(self._admin_client(), self.config.application_id) for tp in m.partitions}
-                    res = probe.committed([TopicPartition(t, p) for t, p in remote], timeout=10)
-                except KafkaException as exc:  # e.g. NOT_COORDINATOR while the group coordinator loads
-                    log.debug("committed offsets not available yet: %s", exc)
-                    self._reset_admin()
-                    owned, res = set(), []
-                res = [r for r in res if self._lead_partition(r.topic, r.partition) in owned]
-                for r in res:
-                    if r.error is None and r.offset >= pending[(r.topic, r.partition)]:
-                        log.debug("caught up (group offsets): %s-%d at %d >= %d", r.topic, r.partition, r.offset, pending[(r.topic, r.partition)])
-                        del pending[(r.topic, r.partition)]
-            if not pending:
-                return True
-            if time.monotonic() > deadline:
-                log.info("not caught up: %s", dict(sorted(pending.items())[:10]))
-                return False
-            time.sleep(0.05)
-        return True
-
-    def _lead_partition(self, topic: str, partition: int) -> tuple[str, int] | None:
-        """The lead-topic partition of the task reading ``topic``-``partition``."""
-        assert self.plan is not None
-        task = self.plan.task_for(topic, partition)
-        return None if task is None else (self.plan.lead_topic(int(task.split("_")[0])), partition)
+        waiter = CatchUpWaiter(self.config, self.plan, lambda: self._state, lambda: list(self._threads), self._admin_client,
+                               self._reset_admin, self._logger())
+        return waiter.wait(timeout_s)
 
     def __enter__(self) -> "KafkaStreams":
         return self

@@ -27,7 +27,7 @@ from speed_layer import Materialized, Serdes, StreamsBuilder, TimeWindows
 from speed_layer.config import EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION
 from speed_layer.options import Consumed, Produced
 from speed_layer.processor.factory import create_processor
-from speed_layer.runtime.task import UNKNOWN_PARTITION_TIME, decode_commit_metadata, encode_commit_metadata
+from speed_layer.runtime.commit_metadata import UNKNOWN_PARTITION_TIME, decode_commit_metadata, encode_commit_metadata
 from speed_layer.testing import TopologyTestDriver
 from speed_layer.windows import EmitStrategy
 
