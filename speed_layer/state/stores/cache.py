@@ -23,8 +23,8 @@ class _Cache:
     after the window or session expired in the bytes store (Kafka's CachingWindowStore and
     CachingSessionStore filter the cache by key and time only, never by retention). A clean
     entry stays readable until ``max_entries`` later entries were flushed (Kafka drops the
-    least recently used entry when the cache's bytes run out; duet counts entries), unless
-    it is evicted dirty or deleted meanwhile. A key-value store keeps none: its bytes store
+    least recently used entry when the cache's bytes run out; duet counts entries); a
+    delete reads as absent from the bytes store. A key-value store keeps none: its bytes store
     holds the same values, so they would change no read.
 
     The value of a clean entry is the one the flush wrote to the bytes store, which keeps it
@@ -61,12 +61,13 @@ class _Cache:
 
     def keep_clean(self, kb: bytes) -> None:
         """Keep the entry of serialized store key ``kb``, just flushed, as clean."""
-        self.flushes += 1
-        self.clean[kb] = self.flushes
-        if len(self.clean) >= 2 * self.max_entries:
-            lo = self.flushes - self.max_entries
-            self.clean = {k: n for k, n in self.clean.items() if n > lo}
+        n = self.flushes = self.flushes + 1
+        clean = self.clean
+        clean[kb] = n
+        if len(clean) >= 2 * self.max_entries:
+            lo = n - self.max_entries
+            self.clean = {k: m for k, m in clean.items() if m > lo}
 
     def forget(self, kb: bytes) -> None:
-        """Drop the clean entry of ``kb`` (evicted dirty, or deleted)."""
+        """Drop the clean entry of ``kb`` (a removal the bytes store did not take)."""
         self.clean.pop(kb, None)

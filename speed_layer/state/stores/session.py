@@ -110,7 +110,8 @@ class SessionStore(_StoreBase):
         the cache."""
         assert self.cache is not None
         ck, (session, aggregate) = self.cache.entries.popitem(last=False)
-        self.cache.forget(ck)
+        if aggregate is None:  # a removal of an expired session writes nothing: forget it
+            self.cache.forget(ck)
         self._uncache(ck)
         self._flush_session(ck, session, aggregate)
 

@@ -186,7 +186,11 @@ class WindowStore(_StoreBase):
     def _evict(self) -> None:
         assert self.cache is not None
         _, ((key, start), vt) = self.cache.entries.popitem(last=False)
-        self.cache.forget(self._flush_entry(key, start, vt))
+        # not forgotten if it was clean before: a clean entry reads the bytes store, which
+        # now holds this newer value (Kafka would no longer serve it once expired: a
+        # difference only for an expired read of a window evicted dirty after it had been
+        # flushed clean, within max entries flushes)
+        self._flush_entry(key, start, vt)
 
     def flush_cache(self) -> None:
         """Write dirty cache entries through (and to the flush listener) in update order;
@@ -194,12 +198,11 @@ class WindowStore(_StoreBase):
         cache = self.cache
         if cache is None:
             return
-        while cache.entries:
-            _, ((key, start), vt) = cache.entries.popitem(last=False)
+        entries = cache.entries
+        while entries:
+            _, ((key, start), vt) = entries.popitem(last=False)
             kb = self._flush_entry(key, start, vt)
-            if vt is None or vt.value is None:
-                cache.forget(kb)
-            else:
+            if vt is not None and vt.value is not None:  # a delete reads as absent from the bytes store
                 cache.keep_clean(kb)
 
 
