@@ -78,7 +78,6 @@ class CatchUpWaiter:
     def end_offsets(self, probe: Consumer, topics: list[str], retry_s: float = 60.0) -> dict[tuple[str, int], int]:
         """High watermarks; a retriable error (a leader moving after a broker restart) is
         retried for up to ``retry_s`` seconds."""
-        assert self.plan is not None
         out = {}
         for t in topics:
             for p in range(self.plan.partitions[t]):
@@ -140,6 +139,5 @@ class CatchUpWaiter:
 
     def lead_partition(self, topic: str, partition: int) -> tuple[str, int] | None:
         """The lead-topic partition of the task reading ``topic``-``partition``."""
-        assert self.plan is not None
         task = self.plan.task_for(topic, partition)
         return None if task is None else (self.plan.lead_topic(int(task.split("_")[0])), partition)

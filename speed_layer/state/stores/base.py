@@ -97,6 +97,12 @@ class _StoreBase:
     #: delete (to skip deletes of absent keys), as Kafka's caching stores
     send_old_values = True
 
+    def _clean_keys(self) -> "Callable[[bytes], bool] | None":
+        """The record cache's ``is_clean`` while it holds clean entries (a read through the
+        cache then also returns an expired entry still cached clean), else None."""
+        cache = self.cache
+        return cache.is_clean if cache is not None and cache.clean else None
+
     def _evict(self) -> None:
         """Write the least recently updated cache entry through (caching stores)."""
         raise TypeError(f"store {self.name} has no record cache")

@@ -62,6 +62,11 @@ class SessionStore(_StoreBase):
             return
         self._put_bytes(ck, None if aggregate is None else self.value_serde.serialize(aggregate), session.window.end)
 
+    def _expired(self, end: int) -> bool:
+        """Whether a session ending at ``end`` (ms) is expired in the bytes store (Kafka's
+        segmented store: ``end < observed stream time - retention + 1``)."""
+        return self.observed_stream_time >= 0 and end <= self.observed_stream_time - self.retention_ms
+
     def _put_bytes(self, ck: bytes, vb: bytes | None, end: int, keep_expired: bool = False) -> None:
         """Put into the bytes store (Kafka's segmented store's put): the session end
         advances the observed stream time; an expired session is dropped, unless
@@ -69,7 +74,7 @@ class SessionStore(_StoreBase):
         filter by retention, so nothing else sees it)."""
         if end > self.observed_stream_time:
             self.observed_stream_time = end
-        if end <= self.observed_stream_time - self.retention_ms and not keep_expired:
+        if self._expired(end) and not keep_expired:
             return
         self._write(ck, vb, end)
 
@@ -94,7 +99,7 @@ class SessionStore(_StoreBase):
         # already expired there is not forwarded
         end = session.window.end
         need_old = aggregate is None or (self.flush_listener is not None and self.send_old_values)
-        old_vb = self.backend.get(ck) if need_old and end > self.observed_stream_time - self.retention_ms else None
+        old_vb = self.backend.get(ck) if need_old and not self._expired(end) else None
         if aggregate is None and old_vb is None:
             return
         vb = None if aggregate is None else self.value_serde.serialize(aggregate)
@@ -158,7 +163,7 @@ class SessionStore(_StoreBase):
         CachingSessionStore#findSessions merges the two)."""
         kb = self.key_serde.serialize(key) or b""
         lo_end = self._live_from(earliest_session_end)
-        is_clean = self.cache.is_clean if self.cache is not None and self.cache.clean else None
+        is_clean = self._clean_keys()
         scan_from = earliest_session_end if is_clean is not None else lo_end
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
         for ck, vb in self.backend.range(kb + _QQ.pack(max(scan_from, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
@@ -181,7 +186,7 @@ class SessionStore(_StoreBase):
             hit = self.cache.entries.get(ck)
             if hit is not None:
                 return hit[1]
-        if end < self._live_from(end) and (self.cache is None or not self.cache.is_clean(ck)):
+        if self._expired(end) and (self.cache is None or not self.cache.is_clean(ck)):
             return None  # expired (Kafka's segmented store's get), and not cached
         vb = self.backend.get(ck)
         return None if vb is None else self.value_serde.deserialize(vb)
@@ -193,10 +198,10 @@ class SessionStore(_StoreBase):
     def all(self) -> list[tuple[Windowed[Any], Any]]:
         """Every session (unexpired, or still cached), by serialized key, then end, then start."""
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
-        is_clean = self.cache.is_clean if self.cache is not None and self.cache.clean else None
+        is_clean = self._clean_keys()
         for ck, vb in self.backend.range(None, None):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
-            if end < self._live_from(end) and (is_clean is None or not is_clean(ck)):
+            if self._expired(end) and (is_clean is None or not is_clean(ck)):
                 continue
             rows[ck] = (Windowed(self.key_serde.deserialize(ck[:-16]), Window(start, end)), self.value_serde.deserialize(vb))
         for ck, sess, agg in self._cached(None):

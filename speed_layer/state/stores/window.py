@@ -135,9 +135,10 @@ class WindowStore(_StoreBase):
                 if clean:
                     if kb is None:
                         kb = self._key_bytes(key)
-                    n = clean.get(kb + _Q.pack(start))
+                    composite = kb + _Q.pack(start)
+                    n = clean.get(composite)
                     if n is not None and n > clean_from:
-                        old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
+                        old = self._decode_value(self.backend.get(composite))
             else:
                 if kb is None:
                     kb = self._key_bytes(key)
@@ -205,7 +206,6 @@ class WindowStore(_StoreBase):
             if vt is not None and vt.value is not None:  # a delete reads as absent from the bytes store
                 cache.keep_clean(kb)
 
-
     # -- reads
     def _rows(self, kb: bytes | None, time_from: int, time_to: int, retained_from_ms: int = 1) -> list[tuple[Any, int, ValueAndTimestamp]]:
         st = self.observed_stream_time
@@ -214,7 +214,7 @@ class WindowStore(_StoreBase):
         # Kafka's CachingWindowStore: cached windows are filtered by key and time only, so a
         # window still cached clean is returned after it expired in the bytes store
         cache = self.cache
-        is_clean = cache.is_clean if cache is not None and cache.clean else None
+        is_clean = self._clean_keys()
         lo_scan = max(time_from, 0) if is_clean is not None else lo_t
         if time_to < lo_scan:
             it: Any = ()
