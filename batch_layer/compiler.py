@@ -12,9 +12,9 @@ node without a relational form. User functions run unchanged in Spark's Python w
 
 Usage::
 
-    plan = compile_topology(topology, views=["departures_hourly"])   # no Spark needed
+    plan = compile_topology(topology, views=["clicks_hourly"])   # no Spark needed
     frames = plan.execute(spark, lake)          # {store: DataFrame}, lazy
-    frames["departures_hourly"].show()
+    frames["clicks_hourly"].show()
     frames.release()                            # unpersist shared intermediates
 
 ``batch_layer.run.run_batch`` executes a plan and writes the views to Delta.

@@ -35,8 +35,8 @@ from batch_layer.delta.io import write_table
 from batch_layer.ingest import RAW_SCHEMA
 from batch_layer.run import read_view, run_batch
 from batch_layer.spark import get_spark
-from pipelines.flights_data import TOPICS, flight_records, table_records
-from pipelines.topologies.flights import DAY_MS, HOUR_MS, ORIGIN_TZ, STREAMS_CONFIG, VIEWS, build_topology
+from pipelines.examples.flights.data import TOPICS, flight_records, table_records
+from pipelines.examples.flights.topology import DAY_MS, HOUR_MS, ORIGIN_TZ, STREAMS_CONFIG, VIEW_NAMES as VIEWS, build_topology
 from speed_layer.runtime.partitioning import partition_for_key
 
 GAP_MS = 4 * HOUR_MS

@@ -37,6 +37,7 @@ TARGET_FLIGHTS_PER_S = 5_000
 
 def _worker(bootstrap: str) -> None:
     """Run the speed phase once in this process; print one JSON line."""
+    from pipelines.examples.flights import pipeline
     from pipelines.steps import run_speed
     from speed_layer.runtime import stream_thread
 
@@ -52,7 +53,7 @@ def _worker(bootstrap: str) -> None:
 
     stream_thread.StreamThread.run = timed_run  # type: ignore[method-assign]
     cpu0 = time.process_time()
-    stats = run_speed(bootstrap)
+    stats = run_speed(pipeline, bootstrap)
     print(json.dumps({
         "seconds": stats.seconds,
         "records_in": stats.records_in,
@@ -101,6 +102,7 @@ def main() -> None:
         _worker(a.bootstrap)
         return
 
+    from pipelines.examples.flights import pipeline
     from pipelines.steps import load_data, reset_pipeline
     from speed_layer.runtime.broker import EmbeddedKafka
 
@@ -111,8 +113,8 @@ def main() -> None:
         broker.start()
         bootstrap = broker.bootstrap_servers
     try:
-        reset_pipeline(bootstrap, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-flights-speed-lake")
-        loaded = load_data(bootstrap, a.flights)
+        reset_pipeline(pipeline, bootstrap, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-flights-speed-lake")
+        loaded = load_data(pipeline, bootstrap, a.flights)
         n_flights = loaded["flights"]
         print(f"loaded {loaded}; load average {os.getloadavg()[0]:.1f}", flush=True)
         trees = {"after": (".", a.python)}

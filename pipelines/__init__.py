@@ -1,13 +1,20 @@
-"""duet's concrete pipelines, their orchestration and the ``duet`` CLI.
+"""duet's orchestration product: declare a pipeline once, run it everywhere.
 
-* ``topologies/``: one module per pipeline (the flagship: :mod:`pipelines.topologies.flights`),
-  the single definition every layer runs.
+* :class:`Pipeline` (:mod:`pipelines.pipeline`): the one declaration of a pipeline (topology,
+  Streams config, source topics, dead-letter topic, views and their checks, partitions,
+  sample data). Every surface takes it.
+* :mod:`pipelines.cli`: ``duet run | load | speed | batch | serve | query | ui | backfill | init``,
+  each with ``--pipeline module:attribute`` (:mod:`pipelines.resolve`).
 * :mod:`pipelines.main_job`: the main job ``duet run`` as plain functions (phases in
-  :mod:`pipelines.steps` and :mod:`pipelines.serving_steps`), called by the CLI and by the
+  :mod:`pipelines.steps` and :mod:`pipelines.serving_steps`), called by the CLI and the
   Dagster assets; :mod:`pipelines.replay` feeds the speed layer a live stream.
-* :mod:`pipelines.definitions`: the one Dagster ``Definitions`` (assets, checks, resources,
-  partitions, schedules, sensors in their own modules); ``workspace.yaml`` loads it.
-* :mod:`pipelines.cli`: ``duet run | load | speed | batch | serve``.
+* :mod:`pipelines.dagster`: ``definitions(*pipelines)``, the Dagster ``Definitions`` of one or
+  several pipelines (assets, checks, resources, partitions, schedules, sensors).
+* :mod:`pipelines.examples`: the flights and shop examples (the framework never imports them).
 
 Importing this package imports nothing heavy (no Dagster, Spark or Kafka client).
 """
+
+from pipelines.pipeline import Highlights, Partitioning, Pipeline, PipelineError, Sample, Source, SourceRecord, View
+
+__all__ = ["Pipeline", "Source", "View", "Partitioning", "Sample", "SourceRecord", "Highlights", "PipelineError"]

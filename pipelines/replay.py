@@ -1,40 +1,40 @@
-"""Replay the flights into Kafka at the speed layer's pace (a live stream, not a backlog).
+"""Replay a pipeline's sample events into Kafka at the speed layer's pace (a live stream,
+not a backlog).
 
-Why: when the whole year sits in Kafka before the speed layer starts, the speed layer
-catches up on a backlog. Its upstream tasks (one per ``flights`` partition) then each
-process long runs of their own partition, so the repartition topic (by ``dest``) receives
-the partitions' records interleaved in blocks spanning hours, and the windowed aggregations
-downstream drop most records as late (stream time jumps ahead by the block span). That is
-Kafka Streams' real behaviour when a repartitioned stream catches up, but it would hide the
-lateness the data set really has (delayed flights).
+Why: when all the data sits in Kafka before the speed layer starts, the speed layer catches
+up on a backlog. Its upstream tasks (one per source partition) then each process long runs of
+their own partition, so a repartition topic receives the partitions' records interleaved in
+blocks that can span hours, and the windowed aggregations downstream may drop records as
+late (stream time jumps ahead by the block span). That is Kafka Streams' real behaviour when
+a repartitioned stream catches up, but it would hide the lateness the data really has.
 
-A replay produces the flights in small chunks, in the order they actually left, and keeps
-about ``max_in_flight`` flights not yet processed by the speed layer (back-pressure read
-from its ``process-total`` metric, recalibrated by exact syncs). The speed layer then sees a
-live stream, and records are dropped as late mostly when a flight's delay pushes it past its
+A replay produces the events in small chunks, in arrival order, and keeps about
+``max_in_flight`` events not yet processed by the speed layer (back-pressure read from its
+``process-total`` metric, recalibrated by exact syncs). The speed layer then sees a live
+stream, and records are dropped as late mostly when their own delay pushes them past their
 window's grace.
 
-The dimension tables are produced first, before the speed layer starts (see
+The sample's tables are produced first, before the speed layer starts (see
 :func:`produce_tables`), as :func:`pipelines.load.load` does.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.pipeline import Pipeline, Sample, SourceRecord
 from pipelines.progress import NullReporter, Reporter
 
-__all__ = ["ReplayStats", "produce_tables", "replay_flights"]
+__all__ = ["ReplayStats", "produce_tables", "replay_events"]
 
 
 @dataclass
 class ReplayStats:
-    """What a replay did: flights produced, wall seconds, and end-to-end latency samples (s):
+    """What a replay did: events produced, wall seconds, and end-to-end latency samples (s):
     at each sync, the time from the last chunk's delivery to Kafka until the speed layer had
     processed it and everything before it (through every sub-topology)."""
 
@@ -57,30 +57,30 @@ class ReplayStats:
         return qs[min(98, max(0, round(q * 100) - 1))]
 
 
-def produce_tables(bootstrap: str, reporter: Reporter | None = None) -> dict[str, int]:
-    """Create the data topics and produce the dimension tables; ``{table: records}``."""
+def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
+                   reporter: Reporter | None = None) -> dict[str, int]:
+    """Create the pipeline's topics and produce the sample's tables; ``{table: records}``."""
     from confluent_kafka import Producer
 
-    from pipelines.flights_data import TABLES, table_records
-    from pipelines.load import PRODUCER_CONFIG, produce_records, topic_specs
+    from pipelines.load import PRODUCER_CONFIG, produce_records
+    from pipelines.steps import source_topic_specs
     from speed_layer.runtime.admin import ensure_topics
 
     rep = reporter or NullReporter()
-    ensure_topics(bootstrap, topic_specs())
+    ensure_topics(bootstrap, source_topic_specs(pipeline))
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     counts: dict[str, int] = {}
-    for table in TABLES:
-        records = table_records(table)
+    for table, records in sample.tables.items():
         counts[table] = produce_records(producer, table, records, len(records))
         rep.update("load", sum(counts.values()), None, table)
     return counts
 
 
-def replay_flights(
+def replay_events(
     bootstrap: str,
+    events: Sequence[tuple[str, SourceRecord]],
     processed: Callable[[], int],
     sync: Callable[[], bool],
-    limit: int | None = None,
     *,
     chunk: int = 50,
     max_in_flight: int = 300,
@@ -88,42 +88,40 @@ def replay_flights(
     stall_s: float = 0.5,
     reporter: Reporter | None = None,
 ) -> ReplayStats:
-    """Produce the first ``limit`` flights in chunks, keeping about ``max_in_flight`` of
-    them not yet fully processed by the speed layer.
+    """Produce ``events`` (``(topic, record)`` in arrival order) in chunks, keeping about
+    ``max_in_flight`` of them not yet fully processed by the speed layer.
 
-    Back-pressure: the speed layer processes each flight several times (once per
-    sub-topology it crosses: the source, the repartition by ``dest``, each ``group_by``),
-    ``r`` records per flight on average. Every ``sync_every`` flights the replay waits until
-    the speed layer has caught up exactly (``sync``), measures ``r`` over the flights since
-    the previous sync, and records the time from the last chunk's delivery to that point as
-    an end-to-end latency sample. Between syncs, a flight counts as in flight while
-    ``flights since sync * r`` exceeds the records processed since the sync.
+    Back-pressure: the speed layer processes each event several times (once per
+    sub-topology it crosses: the source, each repartition, each ``group_by``), ``r`` records
+    per event on average. Every ``sync_every`` events the replay waits until the speed layer
+    has caught up exactly (``sync``), measures ``r`` over the events since the previous
+    sync, and records the time from the last chunk's delivery to that point as an end-to-end
+    latency sample. Between syncs, an event counts as in flight while ``events since sync *
+    r`` exceeds the records processed since the sync.
 
     Args:
         bootstrap: Kafka bootstrap servers.
+        events: what to produce, in order.
         processed: the speed layer's processed-records counter (``process-total``).
         sync: waits until the speed layer has consumed everything produced so far
             (``KafkaStreams.wait_until_caught_up``); returns False on timeout.
-        limit: flights to produce (``None``: all).
-        chunk: flights per produced chunk (each chunk is flushed).
-        max_in_flight: flights produced but not yet processed before the next chunk waits.
-        sync_every: flights between exact syncs.
+        chunk: events per produced chunk (each chunk is flushed).
+        max_in_flight: events produced but not yet processed before the next chunk waits.
+        sync_every: events between exact syncs.
         stall_s: when the counter does not move for this long, produce anyway (the estimate
             of ``r`` was too high).
         reporter: progress of phase ``"load"``.
 
     Raises:
-        LoadError: if a flight is not delivered.
+        LoadError: if an event is not delivered.
         TimeoutError: if a sync times out.
     """
     from confluent_kafka import Producer
 
-    from pipelines.flights_data import flight_records
-    from pipelines.load import PRODUCER_CONFIG, LoadError
+    from pipelines.load import PRODUCER_CONFIG, LoadError, encode_value
 
     rep = reporter or NullReporter()
-    flights = flight_records(limit)
-    total = len(flights)
+    total = len(events)
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "linger.ms": 1})
     errors: list[Any] = []
 
@@ -133,44 +131,40 @@ def replay_flights(
 
     stats = ReplayStats()
     t0 = time.monotonic()
-    base_count, base_flights = processed(), 0  # at the last sync
-    per_flight = 0.0  # records processed per flight; unknown until the first sync
+    base_count, base_events = processed(), 0  # at the last sync
+    per_event = 0.0  # records processed per event; unknown until the first sync
     last_report, delivered_at = 0.0, t0
     for start in range(0, total, chunk):
-        if start - base_flights >= (sync_every if per_flight else chunk * 5):
+        if start - base_events >= (sync_every if per_event else chunk * 5):
             if not sync():
                 raise TimeoutError("the speed layer did not catch up with the replay")
             now_count = processed()
             stats.latencies_s.append(time.monotonic() - delivered_at)
-            per_flight = (now_count - base_count) / (start - base_flights)
-            base_count, base_flights = now_count, start
-        elif per_flight:
+            per_event = (now_count - base_count) / (start - base_events)
+            base_count, base_events = now_count, start
+        elif per_event:
             last, moved_at = processed(), time.monotonic()
-            while (start - base_flights) * per_flight - (last - base_count) > max_in_flight * per_flight:
+            while (start - base_events) * per_event - (last - base_count) > max_in_flight * per_event:
                 time.sleep(0.002)
                 count = processed()
                 if count != last:
                     last, moved_at = count, time.monotonic()
                 elif time.monotonic() - moved_at > stall_s:
                     # the speed layer is idle: r was overestimated; re-base on the counter
-                    base_count = last - round((start - base_flights - max_in_flight) * per_flight)
+                    base_count = last - round((start - base_events - max_in_flight) * per_event)
                     break
-        for rec in flights[start:start + chunk]:
-            producer.produce("flights", value=_encode(rec.value), key=rec.key.encode(),
+        for topic, rec in events[start:start + chunk]:
+            producer.produce(topic, value=encode_value(rec.value), key=None if rec.key is None else rec.key.encode(),
                              timestamp=rec.timestamp, on_delivery=on_delivery)
         if producer.flush(60) or errors:
-            raise LoadError(f"replay: {len(errors)} flights failed, first: {errors[:1]}")
+            raise LoadError(f"replay: {len(errors)} events failed, first: {errors[:1]}")
         delivered_at = time.monotonic()
         end = min(total, start + chunk)
         stats.produced = end
         if delivered_at - last_report > 0.25 or end == total:
             last_report = delivered_at
-            rep.update("load", end, total, f"flights {end:,}/{total:,} (live replay)")
+            rep.update("load", end, total, f"events {end:,}/{total:,} (live replay)")
     stats.seconds = time.monotonic() - t0
     stats.last_delivery = delivered_at
     return stats
 
-
-def _encode(value: dict[str, Any]) -> bytes:
-    """The loader's value encoding: compact JSON, UTF-8."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

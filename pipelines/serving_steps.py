@@ -1,7 +1,9 @@
 """The phases of the main job on the serving side: read the views of both layers, publish
-the merged views, run the quality suites, compare speed and batch, find the busiest hours.
+the merged views, run the quality suites, compare speed and batch.
 
-Plain functions (re-exported by :mod:`pipelines.main_job`).
+Plain functions of a :class:`~pipelines.pipeline.Pipeline` (``views=None``: all of its views),
+called by :mod:`pipelines.main_job`, the CLI and the Dagster assets; ``lake`` is the
+pipeline's folder of the lake.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter
 from pipelines.speed_service import late_exclusions
-from pipelines.topologies.flights import VIEWS
-from pipelines.views import VIEW_NAMES, VIEW_SPECS, expectations
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,42 +28,50 @@ __all__ = [
     "publish_views",
     "run_checks",
     "compare_layers",
-    "busiest_hours",
 ]
 
 
-def read_speed_views(bootstrap: str, views: Iterable[str] = VIEW_NAMES) -> dict[str, pd.DataFrame]:
-    """The speed layer's views: each view output topic read to its end."""
+def read_speed_views(pipeline: Pipeline, bootstrap: str, views: Iterable[str] | None = None,
+                     timeout_s: float = 300.0) -> dict[str, pd.DataFrame]:
+    """The speed layer's views: each view output topic read to its end.
+
+    Raises:
+        serving.errors.SpeedSourceError: a topic is missing or cannot be read in ``timeout_s``.
+    """
     from serving.views.speed import read_view_topic
 
-    return {v: read_view_topic(bootstrap, v, VIEW_SPECS[v].windowed, timeout_s=300) for v in views}
+    specs = pipeline.view_specs
+    return {v: read_view_topic(bootstrap, v, specs[v].windowed, timeout_s=timeout_s)
+            for v in (views if views is not None else pipeline.view_names)}
 
 
-def read_batch_views(lake: str | Path, views: Iterable[str] = VIEW_NAMES) -> dict[str, pd.DataFrame]:
+def read_batch_views(pipeline: Pipeline, lake: str | Path, views: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
     """The batch views ``<lake>/views/<view>`` (delta-rs)."""
     from serving.views.batch import read_batch_view
 
-    return {v: read_batch_view(lake, v) for v in views}
+    return {v: read_batch_view(lake, v) for v in (views if views is not None else pipeline.view_names)}
 
 
 def publish_views(
+    pipeline: Pipeline,
     lake: str | Path,
     batch_frames: Mapping[str, pd.DataFrame],
     speed_frames: Mapping[str, pd.DataFrame],
-    views: Iterable[str] = VIEW_NAMES,
+    views: Iterable[str] | None = None,
 ) -> dict[str, int]:
     """Merge batch and speed views at the batch watermark into ``<lake>/serving``;
     ``{view: rows}``."""
     from serving.views.batch import read_batch_watermark
     from serving.views.publish import publish
 
-    specs = [VIEW_SPECS[v] for v in views]
+    specs = [pipeline.view_specs[v] for v in (views if views is not None else pipeline.view_names)]
     return publish(lake, specs, batch_frames, speed_frames, read_batch_watermark(lake))
 
 
 def run_checks(
+    pipeline: Pipeline,
     lake: str | Path,
-    views: Iterable[str] = VIEW_NAMES,
+    views: Iterable[str] | None = None,
     reporter: Reporter | None = None,
     frames: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict[str, QualityResult]:
@@ -71,14 +80,14 @@ def run_checks(
     from serving.quality.suite import run_suite, save_result
     from serving.views.batch import read_batch_view
 
-    views = list(views)
+    views = list(views if views is not None else pipeline.view_names)
     rep = reporter or NullReporter()
     rep.start("checks", len(views))
     out: dict[str, QualityResult] = {}
     for i, view in enumerate(views):
         rep.update("checks", i, len(views), view)
         df = frames[view] if frames is not None and view in frames else read_batch_view(lake, view)
-        out[view] = run_suite(view, df, expectations(view))
+        out[view] = run_suite(view, df, pipeline.expectations(view))
         save_result(lake, out[view])
     passed = sum(r.success for r in out.values())
     rep.finish("checks", f"{passed}/{len(out)} suites passed")
@@ -86,11 +95,12 @@ def run_checks(
 
 
 def compare_layers(
+    pipeline: Pipeline,
     batch_frames: Mapping[str, pd.DataFrame],
     speed_frames: Mapping[str, pd.DataFrame],
     watermark_ms: int | None,
     late: Iterable[Any] = (),
-    views: Iterable[str] = VIEW_NAMES,
+    views: Iterable[str] | None = None,
     late_windows: Mapping[str, Iterable[tuple[str, int]]] | None = None,
 ) -> tuple[dict[str, AgreementReport], dict[str, int]]:
     """Speed vs batch agreement per view over every window closed at ``watermark_ms``,
@@ -105,47 +115,14 @@ def compare_layers(
     late = list(late)
     reports: dict[str, AgreementReport] = {}
     excluded: dict[str, int] = {}
-    for view in views:
-        spec = VIEW_SPECS[view]
+    for view in (views if views is not None else pipeline.view_names):
+        spec = pipeline.view_specs[view]
         b, s = batch_frames.get(view), speed_frames.get(view)
         frames = [f for f in (b, s) if f is not None]
         reported = list((late_windows or {}).get(view, ()))
         records = late if (spec.window_kind == "session" or not late_windows) else []
-        exclude = late_exclusions(spec, VIEWS[view].windows, records, frames, reported)
+        exclude = late_exclusions(spec, pipeline.windows_of(view), records, frames, reported)
         excluded[view] = len(exclude)
         reports[view] = agreement(b, s, spec, watermark_ms, exclude=exclude)
     return reports, excluded
 
-
-def busiest_hours(lake: str | Path, n: int = 5, view: str = "departures_hourly") -> list[dict[str, Any]]:
-    """The ``n`` hours with the most departures (all origins) in the served ``view``:
-    ``[{"hour": iso UTC, "window_start": ms, "departures": int, "cancelled": int,
-    "by_origin": {origin: count}, "source": "batch|speed|mixed"}]``."""
-    import json
-    from datetime import datetime, timezone
-
-    from deltalake import DeltaTable
-
-    from serving.views.publish import served_view_path
-
-    df = DeltaTable(str(served_view_path(lake, view))).to_pandas()
-    if df.empty:
-        return []
-    values = [json.loads(v) for v in df["value"]]
-    df = df.assign(
-        count=[int(v.get("count", 0)) for v in values],
-        cancelled=[int(v.get("cancelled", 0)) for v in values],
-    )
-    hours = []
-    for start, g in df.groupby("window_start"):
-        sources = set(g["source"])
-        hours.append({
-            "hour": datetime.fromtimestamp(int(start) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-            "window_start": int(start),
-            "departures": int(g["count"].sum()),
-            "cancelled": int(g["cancelled"].sum()),
-            "by_origin": {str(k): int(c) for k, c in sorted(zip(g["key"], g["count"]))},
-            "source": sources.pop() if len(sources) == 1 else "mixed",
-        })
-    hours.sort(key=lambda h: (-h["departures"], h["window_start"]))
-    return hours[:n]

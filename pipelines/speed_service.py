@@ -1,4 +1,4 @@
-"""Run the flights topology on the speed layer (``speed_layer.KafkaStreams``) as a service.
+"""Run a pipeline's topology on the speed layer (``speed_layer.KafkaStreams``).
 
 Thin glue over the runtime: the Streams config of a run, a loop that waits until every input
 record is consumed while reporting progress, the counters the main job reports, and the
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from serving.views.model import ViewSpec
+    from pipelines.pipeline import Pipeline
     from speed_layer import KafkaStreams
 
 __all__ = [
-    "APP_ID_PREFIX",
     "LateRecord",
     "SpeedStats",
     "SpeedLayerFailed",
@@ -36,14 +36,9 @@ __all__ = [
     "metric_total",
 ]
 
-#: Every ``application.id`` of ``duet run`` starts with this (a fresh one per run).
-APP_ID_PREFIX = "duet-flights-run"
-#: The stable ``application.id`` of ``duet speed`` (resumes from its committed offsets).
-SERVICE_APP_ID = "duet-flights-service"
-
-
-def new_application_id(prefix: str = APP_ID_PREFIX) -> str:
-    """A fresh application id, e.g. ``duet-flights-run-20240101t120000-1a2b3c``: a new consumer
+def new_application_id(prefix: str) -> str:
+    """A fresh application id, e.g. ``duet-shop-run-20240101t120000-1a2b3c`` for the prefix
+    ``duet-shop-run`` (:attr:`Pipeline.run_app_id_prefix`): a new consumer
     group, new changelog/repartition topics and a new state folder, so a run never resumes
     the state of an earlier one."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
@@ -51,26 +46,28 @@ def new_application_id(prefix: str = APP_ID_PREFIX) -> str:
 
 
 def streams_config(
+    pipeline: Pipeline,
     bootstrap: str,
     application_id: str,
     state_dir: Path,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The Streams config of the flights topology: its own settings (dead-letter queue),
-    the application id, brokers, state folder, a commit interval short enough for the
-    view topics to stay fresh (10 s), and record caches of 100,000 entries per store: the
-    hopping view updates 24 windows per flight, and with the default 10,000 a backlog
-    evicted (and forwarded) entries on most puts (1.4x the flights/s at 15,000 flights as
-    a backlog, the same late drops)."""
-    from pipelines.topologies.flights import STREAMS_CONFIG
+    """The Streams config of a run of ``pipeline``: duet's defaults, then the pipeline's own
+    config (its dead-letter queue...), then the application id, brokers and state folder,
+    then ``extra``.
 
+    duet's defaults: a commit interval short enough for the view topics to stay fresh (10 s),
+    and record caches of 100,000 entries per store (a hopping view updates one window per
+    advance in its size for each record: with the default 10,000 a backlog of the flagship
+    example evicted and forwarded entries on most puts; 1.4x the records/s at 15,000 events,
+    the same late drops)."""
     conf: dict[str, Any] = {
-        **STREAMS_CONFIG,
+        "commit.interval.ms": 10_000,
+        "statestore.cache.max.entries": 100_000,
+        **pipeline.streams_config,
         "application.id": application_id,
         "bootstrap.servers": bootstrap,
         "state.dir": str(state_dir),
-        "commit.interval.ms": 10_000,
-        "statestore.cache.max.entries": 100_000,
     }
     conf.update(extra or {})
     return conf
@@ -119,7 +116,7 @@ def late_exclusions(
     """
     out: set[tuple[str, int | None]] = {(k, int(s)) for k, s in reported}
     mine = [r for r in late if r.store == spec.name]
-    if not mine:
+    if not mine or spec.window_kind is None:  # a plain KTable has no window to miss
         return out
     if spec.window_kind == "session":
         gap = int(spec.gap_ms or 0)
@@ -178,6 +175,9 @@ class SpeedStats:
         mode: ``"replay"`` (live stream at the speed layer's pace) or ``"backlog"``.
         dropped_late: records (per window) dropped as late by the aggregations.
         dropped: all dropped records (late, null keys...).
+        expired_join_drops: records a stream-stream join's window store dropped as expired
+            (Kafka's ``expired-window-record-drop``): their join results are missing and
+            no view window names them (docs/contracts.md, "Batch semantics").
         dead_lettered: records sent to the dead-letter topic.
         late: the late records themselves (store, key, timestamp), from ``KafkaStreams.late_records()``.
         late_windows: per store, the ``(key, window_start)`` the runtime reports as missed by
@@ -194,6 +194,7 @@ class SpeedStats:
     mode: str = "backlog"
     dropped_late: int = 0
     dropped: int = 0
+    expired_join_drops: int = 0
     dead_lettered: int = 0
     late: list[LateRecord] = field(default_factory=list)
     late_windows: dict[str, set[tuple[str, int]]] = field(default_factory=dict)

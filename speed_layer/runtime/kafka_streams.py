@@ -544,6 +544,8 @@ class KafkaStreams:
         """Client-level metrics (Kafka's names): ``process-total``, ``process-rate``
         (records/s since start), ``dropped-records-total`` (of which
         ``dropped-records-late-total`` late and ``dead-lettered-total`` sent to the DLQ),
+        ``expired-window-record-drop-total`` (records a stream-stream join's window store
+        dropped as expired, a store metric in Kafka),
         ``commit-total``, ``enforced-processing-total``, ``restore-total`` (changelog records
         replayed into stores), ``alive-stream-threads``, ``poll-total`` (iterations of the
         stream threads' loops) and ``process-records-avg`` (records processed per
@@ -564,6 +566,7 @@ class KafkaStreams:
             "dropped-records-total": totals.get("dropped-records", 0),
             "dropped-records-late-total": totals.get("dropped-records-late", 0),
             "dead-lettered-total": totals.get("dead-lettered", 0),
+            "expired-window-record-drop-total": totals.get("expired-window-record-drop", 0),
             "enforced-processing-total": totals.get("enforced-processing", 0),
             "restore-total": totals.get("restored-records", 0),
             "commit-total": sum(t.commit_total for t in list(self._threads)) + self._commit_total_dead,

@@ -1,4 +1,5 @@
-"""Fixtures of the batch-layer tests: one SparkSession per test session, Kafka topic helpers.
+"""Fixtures of the batch-layer tests: Kafka topic helpers (``spark``, the session's one SparkSession, is in
+``tests/conftest.py``).
 
 ``kafka_bootstrap`` (a real broker, started once per session) comes from ``tests/conftest.py``.
 """
@@ -6,20 +7,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator:
-    """The process-wide SparkSession with Delta (``batch_layer.spark.get_spark``)."""
-    from batch_layer.spark import get_spark, stop_spark
-
-    session = get_spark("duet-tests")
-    yield session
-    stop_spark()
 
 
 @dataclass(frozen=True)

@@ -331,7 +331,7 @@ class Driver:
 def _flights_lake(lake: Path) -> None:
     """``<lake>/raw/*`` of the flights topology: the first FLIGHTS flights, every plane,
     airport and airline, partitioned as the Java producer would (no broker)."""
-    from pipelines.flights_data import TOPICS, flight_records, table_records
+    from pipelines.examples.flights.data import TOPICS, flight_records, table_records
 
     raws = produce("flights", json_records(flight_records(FLIGHTS)), TOPICS["flights"])
     for t in ("planes", "airports", "airlines"):
@@ -343,7 +343,7 @@ def _flights_lake(lake: Path) -> None:
 def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path: Path) -> None:
     from batch_layer.run import read_view
     from pipelines.steps import run_batch_layer
-    from pipelines.topologies.flights import VIEWS
+    from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 
     t0 = time.monotonic()
     local_lake, cluster_lake = tmp_path / "lake-local", tmp_path / "lake-cluster"

@@ -156,5 +156,5 @@ def assert_views_equal(batch: dict[str, ViewMap], speed: dict[str, ViewMap]) -> 
 
 
 def json_records(records: Iterable[Any]) -> list[tuple[str, bytes, int]]:
-    """``SourceRecord``s of pipelines.flights_data as ``(key, JSON value bytes, ts)``."""
+    """``SourceRecord``s of pipelines.examples.flights.data as ``(key, JSON value bytes, ts)``."""
     return [(r.key, json.dumps(r.value).encode(), r.timestamp) for r in records]

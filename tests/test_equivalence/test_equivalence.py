@@ -230,8 +230,8 @@ def test_c_session_windows_and_table_to_stream(spark, tmp_path: Path, executor: 
 # ---------------------------------------------------------------- (d) the flagship on real flights
 @pytest.mark.parametrize("executor", ["auto", "general"])
 def test_d_flagship_flights(spark, tmp_path: Path, executor: str) -> None:
-    from pipelines.flights_data import TOPICS, flight_records, table_records
-    from pipelines.topologies.flights import STREAMS_CONFIG, VIEWS, build_topology
+    from pipelines.examples.flights.data import TOPICS, flight_records, table_records
+    from pipelines.examples.flights.topology import STREAMS_CONFIG, VIEW_NAMES as VIEWS, build_topology
 
     raws = produce("flights", json_records(flight_records(400)), TOPICS["flights"])
     bad = produce("flights", [("N0BAD", b'{"origin": "JFK"}', 1357034400000)], 1)  # lacks fields: dead letter

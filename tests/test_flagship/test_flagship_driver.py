@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from pipelines.flights_data import flight_records, table_records
-from pipelines.topologies.flights import STREAMS_CONFIG, VIEWS, build_topology
+from pipelines.examples.flights.data import flight_records, table_records
+from pipelines.examples.flights.topology import STREAMS_CONFIG, VIEW_NAMES as VIEWS, build_topology
 from speed_layer import Serdes
 from speed_layer.testing import TopologyTestDriver
 

@@ -30,7 +30,7 @@ def test_every_kind_of_malformed_flight_is_dead_lettered_and_every_good_one_coun
 def test_the_timestamp_extractor_reuses_the_parse_of_the_same_flight_only() -> None:
     """The serde's validation computes the scheduled departure once; the extractor takes it
     for that very object and computes it for any other (another thread's, a copy)."""
-    from pipelines.topologies.flights import FLIGHT_SERDE, flight_timestamp, scheduled_departure_ms
+    from pipelines.examples.flights.topology import FLIGHT_SERDE, flight_timestamp, scheduled_departure_ms
 
     a = {"origin": "EWR", "dest": "IAH", "carrier": "UA", "time_hour": "2013-01-01T10:00:00Z", "minute": 15}
     b = {**a, "time_hour": "2013-06-30T23:00:00Z", "minute": 59}

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pipelines.flights_data import (
+from pipelines.examples.flights.data import (
     TABLE_TIMESTAMP_MS,
     TOPICS,
     SourceRecord,

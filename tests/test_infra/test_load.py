@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from pipelines.flights_data import TABLE_TIMESTAMP_MS, flight_records
+from pipelines.examples.flights import pipeline as flights
+from pipelines.examples.flights.data import TABLE_TIMESTAMP_MS, flight_records
 from pipelines.load import load
 from speed_layer.runtime.admin import delete_topics, end_offsets, topic_partitions
 
@@ -37,7 +38,7 @@ def test_load_prefixed_and_read_back(kafka_bootstrap: str, unique_name: str) -> 
     prefix = f"{unique_name}-"
     seen: list[tuple[str, int, int]] = []
     counts = load(
-        kafka_bootstrap, limit=300, progress=lambda t, d, n: seen.append((t, d, n)), prefix=prefix
+        flights, kafka_bootstrap, limit=300, progress=lambda t, d, n: seen.append((t, d, n)), prefix=prefix
     )
     assert seen[-1] == (prefix + "flights", 300, 300)
     assert (prefix + "planes", 3322, 3322) in seen

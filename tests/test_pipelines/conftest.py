@@ -9,7 +9,7 @@ from pipelines_testkit import departures_rows, write_batch_view  # noqa: F401
 
 @pytest.fixture
 def tiny_lake(tmp_path: Path) -> Path:
-    """A lake holding a valid ``views/departures_hourly``."""
-    lake = tmp_path / "lake"
-    write_batch_view(lake, "departures_hourly", departures_rows())
-    return lake
+    """A lake ROOT whose flights folder holds a valid ``flights/views/departures_hourly``."""
+    root = tmp_path / "lake"
+    write_batch_view(root / "flights", "departures_hourly", departures_rows())
+    return root

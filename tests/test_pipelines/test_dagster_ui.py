@@ -1,17 +1,21 @@
-"""Dagster as a user runs it: ``duet ui`` (``dagster dev`` with Kafka ready) on the session's
-broker, driven through its GraphQL API and looked at in a real headless Chromium.
+"""Dagster as a user runs it: ``duet ui`` (``dagster dev -m pipelines.dagster.workspace`` with
+Kafka ready) on the session's broker, with BOTH example pipelines (flights and shop) in one
+code location, driven through its GraphQL API and looked at in a real headless Chromium.
 
 In order, as a user would:
 
-1. ``duet ui --load --limit 3000`` resets the pipeline, loads the flights and starts the UI;
-2. one day (``2013-01-02``) of ``recompute_job`` is materialized: ingest, batch views, GX
-   checks, serving publish;
-3. the ``new_kafka_data`` sensor skips while the lake holds everything, and requests a
-   recompute once one more flight arrives;
+1. ``duet ui --load --limit 3000`` (no ``--pipeline``, outside a project: the examples) resets
+   both pipelines, loads their sample data and starts the UI;
+2. one day (``2013-01-02``) of ``flights_recompute`` and the first day of ``shop_recompute``
+   are materialized: ingest, batch views, GX checks, serving publish;
+3. the ``flights_new_kafka_data`` sensor skips while the lake holds everything, and requests
+   a recompute once one more flight arrives;
 4. a run against an unreachable broker fails, and Dagster shows why;
-5. a backfill over the first week of daily partitions (one run: ``BackfillPolicy.single_run``);
-6. the browser opens the asset lineage, a partitioned asset, its checks, the finished backfill
-   and the failed run, asserts what a user sees and saves the screenshots of ``docs/img/``.
+5. a backfill over the first week of flights' daily partitions (one run:
+   ``BackfillPolicy.single_run``);
+6. the browser opens the asset graph of both pipelines, a view's lineage, a partitioned asset,
+   its checks, the finished backfill and the failed run, asserts what a user sees and saves
+   the screenshots of ``docs/img/``.
 """
 
 from __future__ import annotations
@@ -41,12 +45,25 @@ DAY = "2013-01-02"
 FAILED_DAY = "2013-02-01"  # outside WEEK: the failed run marks its partition failed
 WEEK = [f"2013-01-0{d}" for d in range(1, 8)]
 VIEWS = ["departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"]
+FLIGHTS = "pipelines.examples.flights:pipeline"
+
+
+def _flights() -> Any:
+    from pipelines.examples.flights import pipeline
+
+    return pipeline
+
+
+def _shop() -> Any:
+    from pipelines.examples.shop import pipeline
+
+    return pipeline
 
 
 @dataclass
 class DagsterUI:
     url: str
-    lake: Path
+    lake: Path  # the lake ROOT: <lake>/flights, <lake>/shop
     bootstrap: str
     client: DagsterClient
     runs: dict[str, str]  # what the tests launched: name -> run id / backfill id
@@ -76,6 +93,8 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     lake, port = tmp / "lake", _free_port()
     env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home"), "PYSPARK_PYTHON": sys.executable,
            "GX_ANALYTICS_ENABLED": "False"}
+    for var in ("DUET_PIPELINE", "DUET_PIPELINES", "DUET_PROJECT_ROOT"):  # no --pipeline: both examples
+        env.pop(var, None)
     log = (tmp / "duet-ui.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipelines.cli", "ui", "--bootstrap", kafka_bootstrap, "--load", "--limit",
@@ -107,21 +126,33 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         log.close()
 
 
-def test_materialize_one_day(ui: DagsterUI) -> None:
-    run_id = ui.client.launch_run("recompute_job", DAY)
-    ui.runs["day"] = run_id
-    assert ui.wait_run(run_id) == "SUCCESS"
+def _materializations(ui: DagsterUI, path: list[str], partition: str) -> list[tuple[str, str]]:
     data = ui.gql(
         """query A($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
              assetMaterializations(partitions: $p) { partition runId } } } }""",
-        key={"path": ["view_departures_hourly"]}, p=[DAY],
+        key={"path": path}, p=[partition],
     )
-    assert [(m["partition"], m["runId"]) for m in data["assetOrError"]["assetMaterializations"]] == [(DAY, run_id)]
+    return [(m["partition"], m["runId"]) for m in data["assetOrError"]["assetMaterializations"]]
+
+
+def test_materialize_one_day_of_each_pipeline(ui: DagsterUI) -> None:
     from serving.quality.suite import load_results
     from serving.views.index import ViewIndex
 
-    assert sorted(ViewIndex(ui.lake).views()) == sorted(VIEWS)
-    assert {v: r.success for v, r in load_results(ui.lake).items()} == {v: True for v in VIEWS}
+    shop = _shop()
+    shop_day = shop.partitions.start.isoformat()
+    run_id = ui.client.launch_run("flights_recompute", DAY)
+    ui.runs["day"] = run_id
+    shop_run = ui.runs["shop_day"] = ui.client.launch_run("shop_recompute", shop_day)
+    assert ui.wait_run(run_id) == "SUCCESS"
+    assert ui.wait_run(shop_run) == "SUCCESS"
+    assert _materializations(ui, ["flights", "view_departures_hourly"], DAY) == [(DAY, run_id)]
+    for view in shop.view_names:
+        assert _materializations(ui, ["shop", f"view_{view}"], shop_day) == [(shop_day, shop_run)]
+    # each pipeline publishes and checks its views in its own folder of the lake
+    for name, views in (("flights", VIEWS), ("shop", list(shop.view_names))):
+        assert sorted(ViewIndex(ui.lake / name).views()) == sorted(views)
+        assert {v: r.success for v, r in load_results(ui.lake / name).items()} == {v: True for v in views}
 
 
 def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: DagsterUI) -> None:
@@ -129,9 +160,12 @@ def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: Dagster
     from confluent_kafka import Producer
     from deltalake import DeltaTable
 
-    from pipelines.resources import KafkaResource, LakeResource
-    from pipelines.sensors import new_kafka_data
+    from pipelines.dagster import KafkaResource, LakeResource
+    from pipelines.dagster.schedules import recompute_job
+    from pipelines.dagster.sensors import new_kafka_data as new_kafka_data_sensor
 
+    flights = _flights()
+    new_kafka_data = new_kafka_data_sensor(flights, recompute_job(flights))
     resources = {"kafka": KafkaResource(bootstrap_servers=ui.bootstrap), "lake": LakeResource(path=str(ui.lake))}
     with dg.build_sensor_context(resources=resources) as ctx:
         result = new_kafka_data(ctx)
@@ -139,7 +173,7 @@ def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: Dagster
     assert "no new records" in result.skip_message
 
     # one more flight: the first archived one again, byte for byte
-    row = DeltaTable(str(ui.lake / "raw" / "flights")).to_pyarrow_table().slice(0, 1).to_pylist()[0]
+    row = DeltaTable(str(flights.lake(ui.lake) / "raw" / "flights")).to_pyarrow_table().slice(0, 1).to_pylist()[0]
     producer = Producer({"bootstrap.servers": ui.bootstrap})
     producer.produce("flights", key=row["key"], value=row["value"], timestamp=row["timestamp"],
                      partition=row["partition"])
@@ -148,7 +182,8 @@ def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: Dagster
     with dg.build_sensor_context(resources=resources) as ctx:
         request = new_kafka_data(ctx)
     assert isinstance(request, dg.RunRequest), request
-    assert new_kafka_data.job_name == "recompute_job" and request.tags["duet/new_records"] == "1"
+    assert new_kafka_data.job_name == "flights_recompute" and request.tags["duet/new_records"] == "1"
+    assert request.partition_key == "2013-12-31" and request.tags["duet/pipeline"] == "flights"
     assert "flights:" in request.run_key
     with dg.build_sensor_context(resources=resources) as ctx:  # same data, same run key: no second run
         assert new_kafka_data(ctx).run_key == request.run_key
@@ -156,7 +191,7 @@ def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: Dagster
 
 def test_a_failed_run_says_why(ui: DagsterUI) -> None:
     run_id = ui.runs["failed"] = ui.client.launch_run(
-        "recompute_job", FAILED_DAY, {"resources": {"kafka": {"config": {"bootstrap_servers": "127.0.0.1:1"}}}})
+        "flights_recompute", FAILED_DAY, {"resources": {"kafka": {"config": {"bootstrap_servers": "127.0.0.1:1"}}}})
     assert ui.wait_run(run_id) == "FAILURE"
     events = ui.gql(
         """query E($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events { __typename
@@ -164,14 +199,15 @@ def test_a_failed_run_says_why(ui: DagsterUI) -> None:
         id=run_id,
     )["logsForRun"]["events"]
     failures = [e for e in events if e and e["__typename"] == "ExecutionStepFailureEvent"]
-    assert {f["stepKey"] for f in failures} >= {"raw_flights", "raw_planes"}
+    assert {f["stepKey"] for f in failures} >= {"flights__raw_flights", "flights__raw_planes"}
     for f in failures:
         assert f["failureMetadata"]["description"].startswith("cannot reach Kafka at 127.0.0.1:1"), f
 
 
 def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
     """``duet backfill`` launches it through the UI and shows its progress to the end."""
-    res = subprocess.run([sys.executable, "-m", "pipelines.cli", "backfill", WEEK[0], WEEK[-1], "--url", ui.url],
+    res = subprocess.run([sys.executable, "-m", "pipelines.cli", "backfill", WEEK[0], WEEK[-1], "--url", ui.url,
+                          "--pipeline", FLIGHTS],
                          capture_output=True, text=True, timeout=900, check=False, cwd=REPO)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
@@ -186,7 +222,7 @@ def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
     stats = ui.gql(
         """query S($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
              partitionStats { numMaterialized numPartitions } } } }""",
-        key={"path": ["view_seats_by_dest_daily"]},
+        key={"path": ["flights", "view_seats_by_dest_daily"]},
     )["assetNodeOrError"]["partitionStats"]
     assert stats == {"numMaterialized": 7, "numPartitions": 365}  # the week (2013-01-02 among them)
 
@@ -228,22 +264,24 @@ def _dismiss_onboarding(browser: Any) -> None:
 def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None:
     if {"day", "backfill", "failed"} - set(ui.runs):
         pytest.skip("needs the runs of the tests above")
-    # the whole pipeline: ingest -> batch -> serving, the speed layer beside it
+    # both pipelines, each: Kafka -> ingest -> batch -> serving, the speed layer beside it
     text = _open(browser, f"{ui.url}/asset-groups", "Global asset lineage")
-    for group in ("ingest", "batch", "serving", "speed"):
-        assert group in text
+    for name in ("flights", "shop"):
+        for group in ("kafka", "ingest", "batch", "serving", "speed"):
+            assert f"{name}_{group}" in text, (name, group)
+    browser.save_screenshot(str(IMG / "dagster-pipelines.png"))
     # one batch view with its lineage: the raw topics it reads, the publish that reads it
-    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=lineage&lineageScope=neighbors"
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=lineage&lineageScope=neighbors"
                  "&lineageDepth=1", "serving_publish")
     for asset in ("raw_flights", "raw_planes", "raw_airports", "raw_airlines", "serving_publish"):
         assert asset in text
     browser.save_screenshot(str(IMG / "dagster-lineage.png"))
     # the partitioned asset: the 7 days of the week materialized, the failed run's day failed
-    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=partitions", "Materialized (7)")
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions", "Materialized (7)")
     assert "Failed (1)" in text and "Missing (357)" in text
     browser.save_screenshot(str(IMG / "dagster-partitions.png"))
     # the asset check wrapping the Great Expectations suite
-    text = _open(browser, f"{ui.url}/assets/view_departures_hourly?view=checks", "gx_suite")
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=checks", "gx_suite")
     assert "Great Expectations suite of departures_hourly" in text and "Passed" in text
     browser.save_screenshot(str(IMG / "dagster-checks.png"))
     # the finished backfill

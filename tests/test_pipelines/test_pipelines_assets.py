@@ -7,63 +7,89 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines.resources import KafkaResource, LakeResource, SparkResource
+from pipelines.dagster import KafkaResource, LakeResource, SparkResource, view_asset_key
+from pipelines.examples.flights import pipeline as flights
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(900)]
 
 
-def _resources(bootstrap: str, lake: Path) -> dict[str, object]:
-    return {"kafka": KafkaResource(bootstrap_servers=bootstrap), "lake": LakeResource(path=str(lake)),
+def _resources(bootstrap: str, root: Path) -> dict[str, object]:
+    return {"kafka": KafkaResource(bootstrap_servers=bootstrap), "lake": LakeResource(path=str(root)),
             "spark": SparkResource()}
 
 
 def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from pipelines.assets.ingest import raw_asset
-    from pipelines.steps import input_record_count
+    from pipelines.dagster.assets import raw_asset
     from pipelines.replay import produce_tables
+    from pipelines.steps import input_record_count
 
-    produce_tables(kafka_bootstrap)  # appends the dimension tables (creates the topics if needed)
+    # appends the dimension tables (creates the topics if needed)
+    produce_tables(flights, kafka_bootstrap, flights.sample_data(0))
     expected = input_record_count(kafka_bootstrap, ["airlines"])["airlines"]
-    lake = tmp_path / "lake"
-    asset = raw_asset("airlines")
+    root = tmp_path / "lake"
+    asset = raw_asset(flights, "airlines")
+    assert asset.key == dg.AssetKey(["flights", "raw_airlines"])
     for added in (expected, 0):  # a second materialization adds nothing (idempotent by offset)
-        res = dg.materialize([asset], resources=_resources(kafka_bootstrap, lake),
-                             instance=dg.DagsterInstance.ephemeral())
+        res = dg.materialize([dg.AssetSpec(dg.AssetKey(["flights", "topic_airlines"])), asset],
+                             resources=_resources(kafka_bootstrap, root), instance=dg.DagsterInstance.ephemeral())
         assert res.success
         (mat,) = res.asset_materializations_for_node(asset.node_def.name)
         assert mat.metadata["records_added"].value == added
         assert mat.metadata["records"].value == expected
-    assert (lake / "raw" / "airlines" / "_delta_log").is_dir()
+    assert (root / "flights" / "raw" / "airlines" / "_delta_log").is_dir()  # the pipeline's folder of the lake
 
 
 @pytest.mark.spark
 def test_batch_views_and_their_blocking_checks(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from pipelines.assets import RAW_ASSETS, batch_views
-    from pipelines.checks import VIEW_CHECKS
+    from pipelines.dagster.assets import batch_views, raw_assets
+    from pipelines.dagster.checks import view_checks
     from pipelines.steps import load_data, reset_pipeline
 
-    lake = tmp_path / "lake"
-    reset_pipeline(kafka_bootstrap, lake)
-    load_data(kafka_bootstrap, limit=300)
-    resources = _resources(kafka_bootstrap, lake)
+    root = tmp_path / "lake"
+    reset_pipeline(flights, kafka_bootstrap, flights.lake(root))
+    load_data(flights, kafka_bootstrap, limit=300)
+    resources = _resources(kafka_bootstrap, root)
     instance = dg.DagsterInstance.ephemeral()
-    assert dg.materialize(RAW_ASSETS, resources=resources, instance=instance).success
+    raws = raw_assets(flights)
+    assert dg.materialize(raws, resources=resources, instance=instance).success
 
     res = dg.materialize(
-        [*(dg.AssetSpec(a.key) for a in RAW_ASSETS), batch_views, *VIEW_CHECKS],
+        [*(dg.AssetSpec(a.key) for a in raws), batch_views(flights), *view_checks(flights)],
         partition_key="2013-01-01",
         resources=resources,
         instance=instance,
     )
     assert res.success
-    mats = {m.asset_key.to_user_string(): m for m in res.get_asset_materialization_events()
-            for m in [m.materialization]}
-    assert set(mats) == {"view_departures_hourly", "view_same_tz_hourly", "view_seats_by_dest_daily",
-                         "view_plane_duty_sessions"}
-    dep = mats["view_departures_hourly"].metadata
+    mats = {m.materialization.asset_key: m.materialization for m in res.get_asset_materialization_events()}
+    assert set(mats) == {view_asset_key(flights, v) for v in flights.view_names}
+    dep = mats[view_asset_key(flights, "departures_hourly")].metadata
     assert dep["rows"].value > 0
     assert 0 < dep["windows_in_partitions"].value <= dep["rows"].value
+    assert dep["partitions"].value == "2013-01-01"
     evaluations = res.get_asset_check_evaluations()
     assert len(evaluations) == 4
     assert all(ev.passed for ev in evaluations), [(ev.asset_key, ev.metadata["failed"]) for ev in evaluations]
-    assert (lake / "quality" / "departures_hourly.json").is_file()
+    assert (root / "flights" / "quality" / "departures_hourly.json").is_file()
+
+
+def test_the_local_variant_loads_each_asking_pipeline_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No cluster configured: the run starts its own embedded broker (the one test that does:
+    it is what the local variant is) and loads the sample of each pipeline whose assets ask
+    for the servers, once per run."""
+    from pipelines.dagster.assets import raw_asset
+    from pipelines.examples.shop import pipeline as shop
+
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    limit = 20
+    assets = [raw_asset(shop, "products"), raw_asset(shop, "clicks"), raw_asset(shop, "orders"),
+              raw_asset(flights, "airlines")]
+    res = dg.materialize(assets, resources={"kafka": KafkaResource(embedded_limit=limit),
+                                            "lake": LakeResource(path=str(tmp_path / "lake"))},
+                         instance=dg.DagsterInstance.ephemeral())
+    assert res.success
+    records = {a.key.to_user_string(): res.asset_materializations_for_node(a.node_def.name)[0].metadata["records"].value
+               for a in assets}
+    sample = shop.sample_data(limit)
+    assert records["shop/raw_products"] == len(sample.tables["products"])  # loaded once, not once per asset
+    assert records["shop/raw_clicks"] + records["shop/raw_orders"] == limit
+    assert records["flights/raw_airlines"] == len(flights.sample_data(0).tables["airlines"])

@@ -17,16 +17,18 @@ from pipelines_testkit import HOUR0, HOUR_MS
 
 @pytest.fixture(scope="module")
 def served_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A lake with one published view, ``departures_hourly`` (keys EWR and JFK)."""
+    """A lake root whose flights folder has one published view, ``departures_hourly`` (keys EWR
+    and JFK)."""
     from serving.views import ViewSpec, publish
 
-    lake = tmp_path_factory.mktemp("cli") / "lake"
+    root = tmp_path_factory.mktemp("cli") / "lake"
+    lake = root / "flights"
     spec = ViewSpec.tumbling("departures_hourly", HOUR_MS, grace_ms=2 * HOUR_MS)
     batch = pd.DataFrame({"key": ["EWR", "JFK"], "window_start": [HOUR0, HOUR0],
                           "window_end": [HOUR0 + HOUR_MS] * 2, "value": ['{"count": 3}', '{"count": 4}'],
                           "timestamp": [HOUR0 + 1] * 2})
     publish(lake, [spec], {spec.name: batch}, {}, HOUR0 + 4 * HOUR_MS)
-    return lake
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +60,45 @@ def assert_one_line(res: subprocess.CompletedProcess[str], *expected: str) -> st
 def test_a_lake_that_does_not_exist_yet(tmp_path: Path) -> None:
     for command in ("query", "serve"):
         res = duet(command, *(["departures_hourly"] if command == "query" else []), "--lake", str(tmp_path / "no"))
-        assert_one_line(res, f"duet {command}: no lake at {tmp_path / 'no'}", "run `duet run`")
+        assert_one_line(res, f"duet {command}: no lake at {tmp_path / 'no' / 'flights'}", "run `duet run`")
 
 
 def test_a_lake_without_published_views(tmp_path: Path) -> None:
+    (tmp_path / "flights").mkdir()
     assert_one_line(duet("query", "departures_hourly", "--lake", str(tmp_path)), "has no published views yet")
+
+
+@pytest.mark.parametrize(
+    ("ref", "text"),
+    [
+        ("no_such_module:pipeline", "no module 'no_such_module'"),
+        ("pipelines.examples.flights:nope", "has no attribute 'nope'; its pipelines: pipeline"),
+        ("pipelines.examples.flights.topology:build_topology", "not a pipelines.Pipeline"),
+        ("not a ref", "expected module:attribute"),
+    ],
+)
+def test_a_bad_pipeline_reference(ref: str, text: str, tmp_path: Path) -> None:
+    for command in ("run", "query"):
+        assert_one_line(duet(command, "--pipeline", ref, "--lake", str(tmp_path)), f"duet {command}: ", text)
+
+
+def test_a_wrong_declaration_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    """A declaration whose view names a store the topology lacks fails at load time."""
+    (tmp_path / "badpipe.py").write_text(
+        "from datetime import date\n"
+        "from pipelines import Partitioning, Pipeline, Source, View\n"
+        "from pipelines.examples.flights.topology import build_topology\n"
+        "pipeline = Pipeline(name='bad', topology=build_topology,\n"
+        "    sources=[Source(topic=t) for t in ('flights', 'planes', 'airports', 'airlines')],\n"
+        "    views=[View(store='departures_daily')], partitions=Partitioning(start=date(2013, 1, 1)))\n"
+    )
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "pipelines.cli", "query", "--pipeline", "badpipe:pipeline",
+                          "--lake", str(tmp_path)], capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert_one_line(res, "pipeline 'bad': views[0].store: 'departures_daily' is not a store written by an "
+                    "aggregation; stores: departures_hourly, plane_duty_sessions")
 
 
 def test_an_unknown_view(served_lake: Path) -> None:

@@ -3,7 +3,8 @@
 Real everything: Apache Kafka (the session broker), the speed layer (KafkaStreams, RocksDB),
 Delta ingest, the PySpark batch layer, the merged serving views and the GX checks. Runs the
 console script in a subprocess, as a user would, twice on the same lake and broker: the
-second run must give the same answer (fresh application id + reset).
+second run must give the same answer (fresh application id + reset). The first run relies on
+the default pipeline (flights), the second names it with ``--pipeline``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from pipelines.views import VIEW_NAMES
+from pipelines.examples.flights import pipeline as flights
+
+VIEW_NAMES = flights.view_names
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -26,11 +29,12 @@ KEYS = {"records_in", "speed_records_per_s", "dropped_late", "dead_lettered", "b
 LIMIT = 2000
 
 
-def _duet_run(bootstrap: str, lake: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _duet_run(bootstrap: str, lake: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "GX_ANALYTICS_ENABLED": "False",
            "PYSPARK_PYTHON": sys.executable}
+    env.pop("DUET_PIPELINE", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "run", "--limit", str(LIMIT), "--json", "--lake", str(lake)],
+        [sys.executable, "-m", "pipelines.cli", "run", "--limit", str(LIMIT), "--json", "--lake", str(lake), *args],
         env=env, capture_output=True, text=True, timeout=1500, check=False,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -41,7 +45,7 @@ def _duet_run(bootstrap: str, lake: Path) -> tuple[subprocess.CompletedProcess[s
 @pytest.fixture(scope="module")
 def runs(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, dict[str, Any]]]:
     lake = tmp_path_factory.mktemp("e2e") / "lake"
-    return [_duet_run(kafka_bootstrap, lake) for _ in range(2)]
+    return [_duet_run(kafka_bootstrap, lake), _duet_run(kafka_bootstrap, lake, "--pipeline", "pipelines.examples.flights:pipeline")]
 
 
 def test_summary_has_the_issue_keys(runs: list[tuple[Any, dict[str, Any]]]) -> None:
@@ -53,6 +57,7 @@ def test_summary_has_the_issue_keys(runs: list[tuple[Any, dict[str, Any]]]) -> N
     assert summary["speed_records_per_s"] > 0
     assert summary["batch_seconds"] > 0
     assert summary["dead_lettered"] == 0
+    assert summary["pipeline"] == "flights" and summary["lake"].endswith("/flights")
     assert set(summary["windows"]) == set(VIEW_NAMES)
     assert all(n > 0 for n in summary["windows"].values())
 
@@ -71,17 +76,21 @@ def test_speed_and_batch_agree_apart_from_late_windows(runs: list[tuple[Any, dic
 
 
 def test_busiest_hours_come_from_the_merged_view(runs: list[tuple[Any, dict[str, Any]]]) -> None:
+    """The flights pipeline's highlights table: the busiest hours of the merged view."""
     _, summary = runs[0]
-    hours = summary["busiest_hours"]
+    hours = summary["highlights"]["rows"]
+    assert summary["highlights"]["title"].endswith("busiest hours (merged departures_hourly)")
     assert len(hours) == 5
-    counts = [h["departures"] for h in hours]
+    counts = [int(h["departures"]) for h in hours]
     assert counts == sorted(counts, reverse=True)
-    assert all(sum(h["by_origin"].values()) == h["departures"] for h in hours)
+    for h in hours:
+        by_origin = [part.split() for part in h["by origin"].split(", ")]
+        assert sum(int(n) for _, n in by_origin) == int(h["departures"])
 
 
 def test_a_second_run_on_the_same_lake_and_broker_is_consistent(runs: list[tuple[Any, dict[str, Any]]]) -> None:
     (p1, first), (p2, second) = runs
     assert p2.returncode == 0, p2.stderr[-3000:]
     assert first["application_id"] != second["application_id"]
-    for key in ("records_in", "windows", "checks", "agreement", "ingested", "busiest_hours"):
+    for key in ("records_in", "windows", "checks", "agreement", "ingested", "highlights"):
         assert first[key] == second[key], key

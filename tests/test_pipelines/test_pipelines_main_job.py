@@ -6,23 +6,25 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from pipelines.examples.flights import pipeline as flights
+from pipelines.examples.flights.topology import build_topology
 from pipelines.speed_service import LateRecord, late_exclusions, metric_total, new_application_id
-from pipelines.topologies.flights import VIEWS, build_topology
-from pipelines.views import VIEW_SPECS
+
+VIEW_SPECS = flights.view_specs
 
 H = 3_600_000
 
 
 def test_application_ids_are_fresh() -> None:
-    a, b = new_application_id(), new_application_id()
+    a, b = new_application_id(flights.run_app_id_prefix), new_application_id(flights.run_app_id_prefix)
     assert a != b and a.startswith("duet-flights-run-")
 
 
 def test_late_exclusions_time_windows() -> None:
     late = [LateRecord("departures_hourly", "JFK", 10 * H + 5), LateRecord("same_tz_hourly", "JFK", 3 * H)]
-    got = late_exclusions(VIEW_SPECS["departures_hourly"], VIEWS["departures_hourly"].windows, late)
+    got = late_exclusions(VIEW_SPECS["departures_hourly"], flights.windows_of("departures_hourly"), late)
     assert got == {("JFK", 10 * H)}
-    hopping = late_exclusions(VIEW_SPECS["seats_by_dest_daily"], VIEWS["seats_by_dest_daily"].windows,
+    hopping = late_exclusions(VIEW_SPECS["seats_by_dest_daily"], flights.windows_of("seats_by_dest_daily"),
                               [LateRecord("seats_by_dest_daily", "LAX", 30 * H)])
     assert len(hopping) == 24 and ("LAX", 30 * H) in hopping and ("LAX", 7 * H) in hopping
 
@@ -33,7 +35,7 @@ def test_late_exclusions_sessions_touching_the_record() -> None:
                           "window_end": [2 * H, 12 * H, 31 * H, H]})
     batch = pd.DataFrame({"key": ["N1"], "window_start": [0], "window_end": [12 * H]})
     late = [LateRecord("plane_duty_sessions", "N1", 6 * H)]
-    got = late_exclusions(VIEW_SPECS["plane_duty_sessions"], VIEWS["plane_duty_sessions"].windows, late,
+    got = late_exclusions(VIEW_SPECS["plane_duty_sessions"], flights.windows_of("plane_duty_sessions"), late,
                           [batch, speed])
     assert got == {("N1", 0), ("N1", 10 * H)}
     assert gap == VIEW_SPECS["plane_duty_sessions"].gap_ms

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import gc
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from pipelines.pipeline import SourceRecord
 
 __all__ = [
     "SourceRecord",
@@ -49,15 +50,6 @@ TABLES: tuple[str, ...] = tuple(TABLE_KEYS)
 TABLE_TIMESTAMP_MS = 1356998400000
 
 _MINUTE_MS = 60_000
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """One record to produce: string key, JSON-ready value, record timestamp (UTC ms)."""
-
-    key: str
-    value: dict[str, Any]
-    timestamp: int
 
 
 def _frame(name: str) -> pd.DataFrame:

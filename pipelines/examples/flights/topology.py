@@ -10,7 +10,7 @@ count where the item's origin equals the buyer's address) transposed to flights:
 3. Join ``airlines`` as a GlobalKTable by ``carrier``: airline name.
 4. Four materialized views, each a named store and an output topic of the same name:
    ``departures_hourly``, ``same_tz_hourly``, ``seats_by_dest_daily``,
-   ``plane_duty_sessions`` (see :data:`VIEWS`).
+   ``plane_duty_sessions`` (declared, with their checks, in :mod:`pipelines.examples.flights`).
 
 Record timestamps are the scheduled departure in UTC ms (the timestamp extractor reads
 ``time_hour`` and ``minute`` from the value). A value that cannot be parsed, or lacks the
@@ -20,7 +20,6 @@ in its headers.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,29 +42,8 @@ SEATS_WINDOWS = TimeWindows.of_size_and_grace(timedelta(hours=24), timedelta(hou
 DUTY_WINDOWS = SessionWindows.of_inactivity_gap_and_grace(timedelta(hours=4), timedelta(hours=2))
 
 
-@dataclass(frozen=True)
-class ViewDef:
-    """A materialized view of the pipeline: store/topic name, windows, value fields."""
-
-    name: str
-    windows: Any
-    description: str
-
-    @property
-    def kind(self) -> str:
-        return self.windows.kind
-
-
-VIEWS: dict[str, ViewDef] = {
-    "departures_hourly": ViewDef("departures_hourly", DEPARTURES_WINDOWS,
-                                 "per origin, tumbling 1 h, grace 2 h: count, mean dep_delay, cancelled"),
-    "same_tz_hourly": ViewDef("same_tz_hourly", SAME_TZ_WINDOWS,
-                              "per origin, tumbling 1 h: flights whose destination is in the origin's time zone"),
-    "seats_by_dest_daily": ViewDef("seats_by_dest_daily", SEATS_WINDOWS,
-                                   "per dest, hopping 24 h advancing 1 h: sum of seats"),
-    "plane_duty_sessions": ViewDef("plane_duty_sessions", DUTY_WINDOWS,
-                                   "per tailnum, sessions with a 4 h inactivity gap: legs and total air_time"),
-}
+#: The view (= store = output topic) names, in declaration order.
+VIEW_NAMES: tuple[str, ...] = ("departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions")
 
 #: Streams config of the pipeline (merged with the caller's application id and brokers)
 STREAMS_CONFIG: dict[str, Any] = {

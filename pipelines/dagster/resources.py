@@ -1,14 +1,17 @@
-"""Dagster resources: the lake, Spark and Kafka, each a ``ConfigurableResource``.
+"""Dagster resources: the lake, Spark and Kafka, each a ``ConfigurableResource``, shared by
+every pipeline of a ``Definitions``.
 
-* :class:`LakeResource`: the lake root (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``).
+* :class:`LakeResource`: the lake ROOT (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``);
+  each pipeline's assets use its own folder ``Pipeline.lake(root)`` = ``<root>/<name>``.
 * :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``):
   local (``local[*]``), on a cluster (``master``: ``spark://HOST:PORT``, ``yarn``,
   ``k8s://...``) or through Spark Connect (``remote``); see docs/cluster.md.
 * :class:`KafkaResource`: bootstrap servers. Production variant: ``bootstrap_servers`` (or
   ``$KAFKA_BOOTSTRAP_SERVERS``) names a cluster. Local variant: neither is set, and the
   first asset of a run that asks for the servers starts an embedded Apache Kafka broker for
-  the rest of the run and loads the data set (the first ``embedded_limit`` flights) into it,
-  so that the assets have something to ingest.
+  the rest of the run; each pipeline whose assets ask (:meth:`KafkaResource.bootstrap`) gets
+  its sample data (the first ``embedded_limit`` events) loaded into it once, so that the
+  assets have something to ingest.
   The embedded broker starts empty every time; its offsets restart at 0, which the
   incremental ingest treats as already archived when the lake holds an earlier load of the
   same data (same ``embedded_limit``): use one lake per limit.
@@ -20,7 +23,7 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -28,18 +31,23 @@ from pydantic import Field, PrivateAttr
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LakeResource", "SparkResource", "KafkaResource", "default_resources"]
+    from pipelines.pipeline import Pipeline
 
-_BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+__all__ = ["LakeResource", "SparkResource", "KafkaResource", "default_resources", "BOOTSTRAP_ENV"]
+
+#: The environment variable naming a Kafka cluster.
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 
 class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """The lake root folder (Delta tables ``raw/``, ``views/``, ``serving/``, ``quality/``)."""
+    """The lake root folder; a pipeline's Delta tables (``raw/``, ``views/``, ``serving/``,
+    ``quality/``) are under ``<root>/<pipeline name>``."""
 
     path: str = Field(default="", description="Lake root; empty: $DUET_LAKE, else <repo>/lake.")
 
     def root(self) -> Path:
-        """The lake root as an absolute path."""
+        """The lake root as an absolute path (not a pipeline's folder: see
+        :meth:`pipelines.pipeline.Pipeline.lake`)."""
         from pipelines.steps import resolve_lake
 
         return resolve_lake(self.path or None)
@@ -99,23 +107,27 @@ class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
 
 class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Kafka bootstrap servers, or an embedded broker loaded with the data for the run."""
+    """Kafka bootstrap servers, or an embedded broker loaded with the pipelines' sample data
+    for the run."""
 
     bootstrap_servers: str = Field(
         default="", description="host:port[,host:port]; empty: $KAFKA_BOOTSTRAP_SERVERS, else an embedded broker."
     )
     embedded_limit: Optional[int] = Field(
-        default=2000, description="Flights loaded into the embedded broker (null: all of them)."
+        default=2000,
+        description="Events of each pipeline's sample loaded into the embedded broker (null: all of them).",
     )
     _servers: Optional[str] = PrivateAttr(default=None)
     _checked: bool = PrivateAttr(default=False)
+    _embedded: bool = PrivateAttr(default=False)
+    _loaded: Set[str] = PrivateAttr(default_factory=set)
     _stack: Optional[ExitStack] = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
 
     def configured_bootstrap(self) -> str | None:
         """The configured cluster (``bootstrap_servers`` or the environment), never starting
         a broker; ``None`` in the local variant."""
-        return self.bootstrap_servers or os.environ.get(_BOOTSTRAP_ENV, "").strip() or None
+        return self.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV, "").strip() or None
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[KafkaResource]:
@@ -131,43 +143,56 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 self._stack = None
                 self._servers = None
                 self._checked = False
+                self._embedded = False
+                self._loaded = set()
 
-    def bootstrap(self) -> str:
-        """Bootstrap servers for this run; in the local variant the first call starts an
-        embedded broker and loads the data set into it (``embedded_limit`` flights).
+    def bootstrap(self, pipeline: Pipeline | None = None) -> str:
+        """Bootstrap servers for this run.
+
+        Configured variant: the cluster, checked once to answer. Local variant: the first call
+        of a run starts an embedded broker; the first call naming ``pipeline`` loads its
+        sample data into it (``embedded_limit`` events; nothing when the pipeline declares no
+        sample).
 
         Raises:
             dagster.Failure: the configured cluster does not answer (the run's failure says so).
             RuntimeError: no cluster configured and not inside a run.
         """
-        if self._servers and self._checked:
-            return self._servers
-        configured = self._servers or self.configured_bootstrap()
-        if configured:
-            from pipelines.preflight import UserError, check_kafka_reachable
+        if not (self._servers and self._checked):
+            configured = self._servers or self.configured_bootstrap()
+            if configured:
+                from pipelines.preflight import UserError, check_kafka_reachable
 
-            try:  # a run fails with the reason, not with a consumer timeout deep in a step
-                check_kafka_reachable(configured, hint="start the broker or fix the kafka resource's "
-                                      "bootstrap_servers / $KAFKA_BOOTSTRAP_SERVERS")
-            except UserError as exc:
-                raise dg.Failure(description=str(exc)) from None
-            self._servers, self._checked = configured, True
-            return configured
-        if self._stack is None:
-            raise RuntimeError("no Kafka cluster: set bootstrap_servers or $KAFKA_BOOTSTRAP_SERVERS")
-        from pipelines.load import load
-        from speed_layer.runtime.broker import EmbeddedKafka
+                try:  # a run fails with the reason, not with a consumer timeout deep in a step
+                    check_kafka_reachable(configured, hint="start the broker or fix the kafka resource's "
+                                          "bootstrap_servers / $KAFKA_BOOTSTRAP_SERVERS")
+                except UserError as exc:
+                    raise dg.Failure(description=str(exc)) from None
+                self._servers, self._checked = configured, True
+                return configured
+            if self._stack is None:
+                raise RuntimeError("no Kafka cluster: set bootstrap_servers or $KAFKA_BOOTSTRAP_SERVERS")
+            from speed_layer.runtime.broker import EmbeddedKafka
 
-        broker = self._stack.enter_context(EmbeddedKafka())
-        if self._log is not None:
-            self._log.info(f"embedded Kafka at {broker.bootstrap_servers}; loading the data set")
-        load(broker.bootstrap_servers, limit=self.embedded_limit)
-        self._servers, self._checked = broker.bootstrap_servers, True
+            broker = self._stack.enter_context(EmbeddedKafka())
+            if self._log is not None:
+                self._log.info(f"embedded Kafka at {broker.bootstrap_servers}")
+            self._servers, self._checked, self._embedded = broker.bootstrap_servers, True, True
+        assert self._servers is not None
+        if self._embedded and pipeline is not None and pipeline.name not in self._loaded:
+            self._loaded.add(pipeline.name)
+            if pipeline.sample is not None:
+                from pipelines.load import load
+
+                counts = load(pipeline, self._servers, limit=self.embedded_limit)
+                if self._log is not None:
+                    self._log.info(f"{pipeline.name}: sample loaded into the embedded broker: "
+                                   + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
         return self._servers
 
 
-def default_resources() -> dict[str, object]:
-    """The resources of :mod:`pipelines.definitions` (configured from the environment)."""
+def default_resources() -> dict[str, Any]:
+    """``lake``, ``spark`` and ``kafka``, configured from the environment."""
     return {
         "lake": LakeResource(),
         "spark": SparkResource(),

@@ -1,0 +1,28 @@
+"""Dagster from the declaration: one or several :class:`~pipelines.pipeline.Pipeline` s as
+ONE ``dagster.Definitions``.
+
+``definitions(flights, shop)`` gives, per pipeline ``p`` (names in :mod:`.keys`, all
+prefixed by ``p.name`` so pipelines never collide):
+
+* assets (:mod:`.assets`): the Kafka topics (external), ``raw_<topic>`` (ingest),
+  ``view_<store>`` (batch, daily partitions of :mod:`.partitions`), ``serving_publish``,
+  and the speed layer (external);
+* blocking Great Expectations checks per view (:mod:`.checks`);
+* the ``<p>_recompute`` job and its schedule (:mod:`.schedules`);
+* the ``<p>_new_kafka_data`` and ``<p>_speed_layer_lag`` sensors (:mod:`.sensors`);
+
+and one set of resources ``lake``, ``spark``, ``kafka`` (:mod:`.resources`).
+
+Load it: ``dagster dev -m pipelines.dagster.workspace`` (the pipelines named by
+``$DUET_PIPELINES``, see :mod:`.workspace`) or ``-m pipelines.examples.definitions`` (the
+examples, what ``workspace.yaml`` loads). The modules hold no layer logic: assets, checks
+and sensors call :mod:`pipelines.steps` and :mod:`pipelines.serving_steps`.
+"""
+
+from pipelines.dagster.factory import definitions
+from pipelines.dagster.keys import view_asset_key
+from pipelines.dagster.partitions import partitions_def
+from pipelines.dagster.resources import KafkaResource, LakeResource, SparkResource, default_resources
+
+__all__ = ["definitions", "partitions_def", "view_asset_key", "KafkaResource", "LakeResource", "SparkResource",
+           "default_resources"]

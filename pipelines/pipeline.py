@@ -1,0 +1,512 @@
+"""Declare a pipeline once: :class:`Pipeline` and its parts.
+
+A :class:`Pipeline` is the one value every surface of duet reads: the ``duet`` commands
+(``--pipeline module:attribute``), the Dagster definitions (:func:`pipelines.dagster.definitions`),
+the merged serving views, the Great Expectations checks and the speed == batch agreement. It
+holds no behaviour of its own beyond deriving what the topology already says (which store is
+windowed how), so that a declaration stays a few lines, as Dagster's ``Definitions`` or
+Kafka Streams' ``StreamsBuilder`` + config::
+
+    from datetime import date
+    from pipelines.pipeline import Partitioning, Pipeline, Source, View
+    from speed_layer import StreamsBuilder, ...
+
+    def build() -> Topology: ...           # the topology, written once (speed_layer DSL)
+
+    pipeline = Pipeline(
+        name="clicks",
+        topology=build,
+        sources=[Source(topic="clicks", partitions=4), Source(topic="users", partitions=4, kind="table")],
+        dead_letter_topic="clicks-dlq",
+        views=[View(store="clicks_per_minute", description="clicks per user, tumbling 1 min",
+                    fields={"$": (0, None)})],
+        partitions=Partitioning(start=date(2026, 1, 1)),
+    )
+
+What is derived, not declared: a view's window kind, size, advance, gap and grace come from
+the aggregation that writes its store (so the served view and its checks never drift from the
+topology); a view's speed-layer output topic must be a sink of the topology with the same name
+as the store (``.to_stream().to(store, ...)``).
+
+A wrong declaration fails when the module is imported, with one line naming the field and
+what is allowed (:class:`PipelineError`, a ``ValueError``).
+
+Durable names a pipeline owns (one place: the properties below): the application ids
+``duet-<name>-run-<time>-<random>`` (each ``duet run``) and ``duet-<name>-service``
+(``duet speed``), and the lake folder ``<lake root>/<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from speed_layer.topology import Topology
+
+if TYPE_CHECKING:
+    from serving.quality.suite import ExpectationSpec
+    from serving.views.model import ViewSpec
+
+__all__ = [
+    "Pipeline",
+    "Source",
+    "View",
+    "Partitioning",
+    "Sample",
+    "SourceRecord",
+    "Highlights",
+    "PipelineError",
+]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+#: the record timestamps of sample data are as old as the data set: keep topics forever
+KEEP_FOREVER: dict[str, str] = {"retention.ms": "-1"}
+#: a value limit: ``(min, max)``, ``None`` for an open bound
+Limit = tuple[float | None, float | None]
+
+
+class PipelineError(ValueError):
+    """A wrong pipeline declaration. The message is one line: the pipeline, the field and
+    what is allowed, e.g. ``pipeline 'clicks': views[0].store: no store 'x' in the
+    topology; stores: a, b``."""
+
+
+def _one_line(prefix: str, exc: ValidationError) -> PipelineError:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in err["loc"]).replace(".[", "[")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return PipelineError(f"{prefix}{'; '.join(parts)}")
+
+
+class _Declared(BaseModel):
+    """A frozen pydantic model whose validation errors are one-line :class:`PipelineError` s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            name = data.get("name") if isinstance(data.get("name"), str) else None
+            prefix = f"pipeline {name!r}: " if name else f"{type(self).__name__}: "
+            raise _one_line(prefix, exc) from None
+
+
+class Source(_Declared):
+    """A source topic of the pipeline.
+
+    Attributes:
+        topic: the Kafka topic (a source of the topology).
+        partitions: partitions duet creates it with when it is missing (joined inputs must be
+            co-partitioned, as in Kafka Streams).
+        kind: ``"stream"`` (a KStream), ``"table"`` (a KTable: the latest value per key) or
+            ``"global_table"`` (a GlobalKTable); what the Dagster graph and the docs show.
+        config: topic configs duet creates it with (default ``retention.ms=-1``: sample data
+            is as old as its data set and time retention would delete it).
+        description: shown on the topic's asset in Dagster.
+    """
+
+    topic: str
+    partitions: int = Field(default=1, ge=1)
+    kind: Literal["stream", "table", "global_table"] = "stream"
+    config: dict[str, str] = Field(default_factory=lambda: dict(KEEP_FOREVER))
+    description: str = ""
+
+    @field_validator("topic")
+    @classmethod
+    def _topic_name(cls, v: str) -> str:
+        if not _TOPIC.match(v) or len(v) > 249:
+            raise ValueError(f"{v!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
+        return v
+
+
+class View(_Declared):
+    """A served view: a state store of the topology, materialized by an aggregation (a
+    windowed or a plain KTable) and written to the topic of the same name.
+
+    Attributes:
+        store: the store (= view = speed-layer output topic) name.
+        description: one line: what a row holds (shown in Dagster and the views page).
+        fields: the value's fields and their physical limits, ``{field: (min, max)}`` with
+            ``None`` for an open bound; ``"$"`` names a scalar value (a count or a sum). Each
+            becomes a ``expect_column_values_to_be_between`` on ``value.<field>``.
+        expectations: more Great Expectations (:class:`serving.quality.suite.ExpectationSpec`,
+            or ``(type, kwargs)`` pairs), after the standard ones.
+        standard_checks: add the serving layer's standard suite, derived from the windows
+            (non-null keys, unique ``(key, window)``, window bounds aligned to the size).
+    """
+
+    store: str
+    description: str = ""
+    fields: dict[str, Limit] = Field(default_factory=dict)
+    expectations: tuple[Any, ...] = ()
+    standard_checks: bool = True
+
+    @field_validator("store")
+    @classmethod
+    def _store_name(cls, v: str) -> str:
+        if not _TOPIC.match(v):
+            raise ValueError(f"{v!r} is not a usable view name (letters, digits, '.', '_', '-')")
+        return v
+
+    @field_validator("expectations", mode="before")
+    @classmethod
+    def _expectations(cls, v: Any) -> tuple[Any, ...]:
+        from serving.quality.suite import ExpectationSpec
+
+        out = []
+        for e in v or ():
+            if isinstance(e, ExpectationSpec):
+                out.append(e)
+            elif isinstance(e, Mapping):
+                out.append(ExpectationSpec(**e))
+            elif isinstance(e, tuple) and len(e) == 2:
+                out.append(ExpectationSpec(type=e[0], kwargs=dict(e[1])))
+            else:
+                raise ValueError(f"an expectation is an ExpectationSpec, a dict or a (type, kwargs) pair, got {e!r}")
+        return tuple(out)
+
+
+class Partitioning(_Declared):
+    """The batch views' Dagster partitions and the recompute schedule.
+
+    Daily partitions (UTC) from ``start`` to ``end`` (exclusive), or up to today when ``end``
+    is ``None`` (live data). A partition selects the days whose windows a materialization
+    reports on; the batch layer always recomputes from the whole archived history (windows,
+    sessions and joins depend on everything before them; see :mod:`pipelines.dagster`).
+
+    Attributes:
+        start: the first day.
+        end: the day after the last one, or ``None`` for "up to now".
+        schedule: the recompute schedule's cron expression (UTC), default hourly.
+    """
+
+    start: date
+    end: date | None = None
+    schedule: str = "0 * * * *"
+
+    @model_validator(mode="after")
+    def _order(self) -> Partitioning:
+        if self.end is not None and self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be after start ({self.start})")
+        if len(self.schedule.split()) != 5:
+            raise ValueError(f"schedule {self.schedule!r} is not a 5-field cron expression, e.g. '0 * * * *'")
+        return self
+
+    def day_range_ms(self, first: str, last: str | None = None) -> tuple[int, int]:
+        """``[start, end)`` in epoch ms of the days ``first`` .. ``last`` (``YYYY-MM-DD``,
+        inclusive)."""
+        def day_ms(key: str) -> int:
+            return int(datetime.strptime(key, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+        return day_ms(first), day_ms(last or first) + 86_400_000
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One record to produce: key (text, or ``None``), value (JSON-ready, or ``bytes``
+    produced as they are), timestamp (epoch ms, the record's CreateTime)."""
+
+    key: str | None
+    value: Any
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Sample data ``duet run`` loads to demonstrate a pipeline.
+
+    Attributes:
+        tables: ``{topic: records}`` produced first (dimension tables, in order).
+        events: ``(topic, record)`` in arrival order, produced after the tables; ``duet run
+            --limit N`` keeps the first N (a prefix in arrival time). The live replay
+            (``--replay``) produces them in this order at the speed layer's pace.
+    """
+
+    tables: Mapping[str, Sequence[SourceRecord]]
+    events: Sequence[tuple[str, SourceRecord]]
+
+
+@dataclass(frozen=True)
+class Highlights:
+    """A table the summary of ``duet run`` prints after the views (e.g. the busiest hours):
+    a title, column names and rows of text."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+
+
+class Pipeline(_Declared):
+    """One pipeline, declared once; every duet command, the Dagster definitions, the serving
+    layer and the checks take it.
+
+    Attributes:
+        name: lower-case identifier (``[a-z][a-z0-9_]*``): the Dagster asset prefix, the
+            lake folder and part of the application ids.
+        topology: the :class:`speed_layer.Topology`, or a function building it (called once).
+        config: the Streams config of the pipeline (``StreamsConfig`` keys, Kafka's names);
+            duet adds ``application.id``, ``bootstrap.servers`` and ``state.dir``.
+        sources: every source topic of the topology (repartition topics excluded).
+        dead_letter_topic: where records that fail go (Kafka's KIP-1034
+            ``errors.dead.letter.queue.topic.name``, set in ``config`` when absent); archived
+            beside the sources.
+        views: the served views.
+        partitions: the batch partitions and schedule.
+        sample: ``sample(limit) -> Sample``: data ``duet run`` loads (``None``: ``duet run``
+            uses what the source topics hold).
+        highlights: ``highlights(lake) -> Highlights | None``: an extra table for the summary
+            of ``duet run``, read from the pipeline's lake (``lake`` is its folder).
+        description: one paragraph, shown in Dagster.
+
+    Raises:
+        PipelineError: on a wrong declaration (one line naming the field and what is allowed).
+    """
+
+    name: str
+    topology: Any
+    config: dict[str, Any] = Field(default_factory=dict)
+    sources: tuple[Source, ...]
+    dead_letter_topic: str | None = None
+    views: tuple[View, ...]
+    partitions: Partitioning
+    sample: Callable[[int | None], Sample] | None = None
+    highlights: Callable[[Path], Highlights | None] | None = None
+    description: str = ""
+
+    _topology: Topology | None = PrivateAttr(default=None)
+    _specs: dict[str, ViewSpec] = PrivateAttr(default_factory=dict)
+    _windows: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r}: use lower-case letters, digits and '_', starting with a letter")
+        return v
+
+    @field_validator("topology")
+    @classmethod
+    def _topology_kind(cls, v: Any) -> Any:
+        if isinstance(v, Topology) or callable(v):
+            return v
+        raise ValueError(f"expected a speed_layer.Topology or a function returning one, got {type(v).__name__}")
+
+    @model_validator(mode="after")
+    def _against_topology(self) -> Pipeline:
+        try:
+            topo = self.topology() if not isinstance(self.topology, Topology) else self.topology
+        except Exception as exc:  # the user's builder: report it on the field's line
+            raise ValueError(f"topology: building it raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(topo, Topology):
+            raise ValueError(f"topology: the function returned {type(topo).__name__}, not a speed_layer.Topology")
+        object.__setattr__(self, "_topology", topo)
+        self._check_sources(topo)
+        self._check_views(topo)
+        dlq_key = "errors.dead.letter.queue.topic.name"
+        configured = self.config.get(dlq_key)
+        if self.dead_letter_topic and configured and configured != self.dead_letter_topic:
+            raise ValueError(f"dead_letter_topic {self.dead_letter_topic!r} differs from config[{dlq_key!r}] "
+                             f"{configured!r}; declare it once")
+        return self
+
+    def _check_sources(self, topo: Topology) -> None:
+        declared = [s.topic for s in self.sources]
+        dupes = sorted({t for t in declared if declared.count(t) > 1})
+        if dupes:
+            raise ValueError(f"sources: topic {dupes[0]!r} is declared twice")
+        used = set(source_topics(topo))
+        missing = sorted(used - set(declared))
+        if missing:
+            raise ValueError(f"sources: the topology reads {missing} but they are not declared; declared: {declared}")
+        extra = sorted(set(declared) - used)
+        if extra:
+            raise ValueError(f"sources: {extra} are not read by the topology; its sources: {sorted(used)}")
+
+    def _check_views(self, topo: Topology) -> None:
+        from serving.views.model import ViewSpec
+
+        names = [v.store for v in self.views]
+        if not names:
+            raise ValueError("views: declare at least one view (a store written by an aggregation)")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"views: store {dupes[0]!r} is declared twice")
+        servable = servable_stores(topo)
+        sinks = sink_topics(topo)
+        specs: dict[str, ViewSpec] = {}
+        windows: dict[str, Any] = {}
+        for i, view in enumerate(self.views):
+            if view.store not in servable:
+                raise ValueError(f"views[{i}].store: {view.store!r} is not a store written by an aggregation; "
+                                 f"stores: {', '.join(sorted(servable)) or 'none'}")
+            w = servable[view.store]
+            kind = None if w is None else w.kind
+            if kind == "sliding":
+                raise ValueError(f"views[{i}].store: {view.store!r} has sliding windows; served window kinds: "
+                                 "tumbling, hopping, session, or none (a KTable)")
+            if view.store not in sinks:
+                raise ValueError(f"views[{i}].store: the topology writes no topic {view.store!r}: add "
+                                 f".to_stream().to({view.store!r}, ...) after the aggregation")
+            windows[view.store] = w
+            if w is None:
+                specs[view.store] = ViewSpec.table(view.store)
+            elif kind == "session":
+                specs[view.store] = ViewSpec.session(view.store, gap_ms=w.gap_ms, grace_ms=w.grace_ms)
+            elif kind == "hopping":
+                specs[view.store] = ViewSpec.hopping(view.store, size_ms=w.size_ms, advance_ms=w.advance_ms,
+                                                     grace_ms=w.grace_ms)
+            else:
+                specs[view.store] = ViewSpec.tumbling(view.store, size_ms=w.size_ms, grace_ms=w.grace_ms)
+        object.__setattr__(self, "_specs", specs)
+        object.__setattr__(self, "_windows", windows)
+
+    # ------------------------------------------------------------------ what duet reads
+    def build_topology(self) -> Topology:
+        """The topology (built once, when the declaration was validated)."""
+        assert self._topology is not None
+        return self._topology
+
+    @property
+    def view_names(self) -> tuple[str, ...]:
+        """The views (= stores = speed output topics), in declaration order."""
+        return tuple(v.store for v in self.views)
+
+    @property
+    def view_specs(self) -> dict[str, ViewSpec]:
+        """``{view: serving.ViewSpec}`` derived from the topology's windows."""
+        return dict(self._specs)
+
+    def view(self, name: str) -> View:
+        """The declared :class:`View` ``name``.
+
+        Raises:
+            KeyError: no such view (the message lists the views).
+        """
+        for v in self.views:
+            if v.store == name:
+                return v
+        raise KeyError(f"pipeline {self.name!r} has no view {name!r}; views: {', '.join(self.view_names)}")
+
+    def windows_of(self, name: str) -> Any:
+        """The windows (``TimeWindows`` / ``SessionWindows``) of view ``name``, ``None`` for a
+        plain KTable."""
+        return self._windows[name]
+
+    @property
+    def input_topics(self) -> dict[str, int]:
+        """``{source topic: partitions}`` in declaration order."""
+        return {s.topic: s.partitions for s in self.sources}
+
+    @property
+    def dlq_topic(self) -> str | None:
+        """The dead-letter topic: declared, or named in ``config``."""
+        return self.dead_letter_topic or self.config.get("errors.dead.letter.queue.topic.name")
+
+    @property
+    def archived_topics(self) -> tuple[str, ...]:
+        """Topics the batch layer archives: the sources, then the dead-letter topic."""
+        return (*self.input_topics, *((self.dlq_topic,) if self.dlq_topic else ()))
+
+    @property
+    def streams_config(self) -> dict[str, Any]:
+        """``config`` with the dead-letter topic and handlers set when a DLQ is declared
+        (Kafka's KIP-1034 key and duet's ``dead_letter`` handlers), unless set already."""
+        conf = dict(self.config)
+        if self.dead_letter_topic:
+            conf.setdefault("errors.dead.letter.queue.topic.name", self.dead_letter_topic)
+            conf.setdefault("deserialization.exception.handler", "dead_letter")
+            conf.setdefault("processing.exception.handler", "dead_letter")
+        return conf
+
+    @property
+    def run_app_id_prefix(self) -> str:
+        """``duet-<name>-run``: every ``duet run`` uses ``<prefix>-<utc time>-<random>``."""
+        return f"duet-{self.name.replace('_', '-')}-run"
+
+    @property
+    def service_app_id(self) -> str:
+        """``duet-<name>-service``: the stable application id of ``duet speed``."""
+        return f"duet-{self.name.replace('_', '-')}-service"
+
+    def lake(self, root: str | Path) -> Path:
+        """The pipeline's folder of the lake: ``<root>/<name>`` (``raw/``, ``views/``,
+        ``serving/``, ``quality/``)."""
+        return Path(root) / self.name
+
+    def expectations(self, name: str) -> list[ExpectationSpec]:
+        """The GX suite of view ``name``: the standard suite of its windows with the declared
+        field limits, then the declared expectations.
+
+        Raises:
+            KeyError: no such view.
+        """
+        from serving.quality.suite import standard_expectations
+
+        view = self.view(name)
+        spec = self._specs[name]
+        exps = standard_expectations(spec, view.fields)
+        if not view.standard_checks:  # the field limits only
+            exps = [e for e in exps if str(e.kwargs.get("column", "")).startswith("value")]
+        exps.extend(view.expectations)
+        return exps
+
+    def sample_data(self, limit: int | None = None) -> Sample:
+        """The declared sample (the first ``limit`` events).
+
+        Raises:
+            PipelineError: the pipeline declares no sample data.
+        """
+        if self.sample is None:
+            raise PipelineError(f"pipeline {self.name!r} declares no sample data: produce into its topics "
+                                f"({', '.join(self.input_topics)}) and run without loading")
+        data = self.sample(limit)
+        events = list(data.events)
+        if limit is not None:
+            events = events[:limit]
+        return Sample(tables=data.tables, events=events)
+
+
+# ---------------------------------------------------------------------- topology reading
+def source_topics(topo: Topology) -> list[str]:
+    """The user topics ``topo`` reads (streams, tables, global tables; no repartition topic)."""
+    from speed_layer.graph.ops import SourceOp
+
+    out: list[str] = []
+    for node in topo.nodes.values():
+        op = node.op
+        if isinstance(op, SourceOp) and not op.repartition:
+            out.extend(t for t in op.topics if t not in out)
+    return out
+
+
+def sink_topics(topo: Topology) -> set[str]:
+    """The user topics ``topo`` writes by name (no repartition topic)."""
+    from speed_layer.graph.ops import SinkOp
+
+    return {n.op.topic for n in topo.nodes.values()
+            if isinstance(n.op, SinkOp) and not n.op.repartition and n.op.topic}
+
+
+def servable_stores(topo: Topology) -> dict[str, Any]:
+    """``{store: windows or None}`` of the stores an aggregation writes (KGroupedStream,
+    cogroup or KGroupedTable): the stores duet can serve as views."""
+    from speed_layer.graph.ops import AggregateOp, CogroupOp, TableAggregateOp
+
+    out: dict[str, Any] = {}
+    for node in topo.nodes.values():
+        op = node.op
+        if isinstance(op, (AggregateOp, CogroupOp)):
+            out[op.store] = op.windows
+        elif isinstance(op, TableAggregateOp):
+            out[op.store] = None
+    return out

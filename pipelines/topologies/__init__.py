@@ -1,1 +1,0 @@
-"""Concrete pipelines: one module per topology, used by every layer."""
