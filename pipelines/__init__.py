@@ -3,7 +3,8 @@
 * :class:`Pipeline` (:mod:`pipelines.pipeline`): the one declaration of a pipeline (topology,
   Streams config, source topics, dead-letter topic, views and their checks, partitions,
   sample data). Every surface takes it.
-* :mod:`pipelines.cli`: ``duet run | load | speed | batch | serve | query | ui | backfill | init``,
+* :mod:`pipelines.cli` (with :mod:`pipelines.cli_dagster` and :mod:`pipelines.cli_support`):
+  ``duet run | load | speed | batch | serve | query | ui | backfill | init``,
   each with ``--pipeline module:attribute`` (:mod:`pipelines.resolve`).
 * :mod:`pipelines.main_job`: the main job ``duet run`` as plain functions (phases in
   :mod:`pipelines.steps` and :mod:`pipelines.serving_steps`), called by the CLI and the

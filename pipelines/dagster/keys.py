@@ -14,9 +14,9 @@ among the pipelines given to :func:`pipelines.dagster.definitions`):
 * the job and its schedule: ``<p>_recompute``, ``<p>_recompute_schedule``;
 * the sensors: ``<p>_new_kafka_data``, ``<p>_speed_layer_lag``.
 
-``<slug>`` is the topic with ``-`` and ``.`` replaced by ``_`` (``flights-dlq`` ->
-``flights_dlq``). In the UI and ``dagster asset materialize --select`` a key reads
-``flights/view_departures_hourly``.
+``<slug>`` is the topic with ``-`` and ``.`` replaced by ``_`` (``shop-dlq`` ->
+``shop_dlq``). In the UI and ``dagster asset materialize --select`` a key reads
+``shop/view_conversions_hourly``.
 """
 
 from __future__ import annotations

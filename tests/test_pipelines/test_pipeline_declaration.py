@@ -151,10 +151,11 @@ def test_a_module_reference_without_attribute_takes_pipeline() -> None:
 
 
 #: what only the flights example may name: its topics, views and fields (whole words/strings)
+#: (a view name inside an asset key such as ``view_departures_hourly`` counts too)
 FLIGHTS_NAMES = re.compile(
-    r"""["'](flights|planes|airports|airlines|flights-dlq)["']"""
-    r"|\b(departures_hourly|same_tz_hourly|seats_by_dest_daily|plane_duty_sessions|tailnum|dep_delay|time_hour"
-    r"|air_time|DAILY_2013)\b"
+    r"""["'/](flights|planes|airports|airlines|flights-dlq)["'/]"""
+    r"|(?<![A-Za-z0-9])(departures_hourly|same_tz_hourly|seats_by_dest_daily|plane_duty_sessions|tailnum|dep_delay"
+    r"|time_hour|air_time|DAILY_2013)(?![A-Za-z0-9])"
 )
 
 
