@@ -111,13 +111,15 @@ def ensure_pipeline_topics(pipeline: Pipeline, bootstrap: str) -> None:
 
 
 def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
-    """Internal topics (changelog / repartition) of earlier ``duet run`` s of ``pipeline``."""
+    """Internal topics (changelog, repartition, foreign-key join subscription) of earlier
+    ``duet run`` s of ``pipeline``."""
     from speed_layer.runtime.admin import admin_client
+    from speed_layer.runtime.internal_topics import matches_internal_topic_format
 
     md = admin_client(bootstrap).list_topics(timeout=10)
     return sorted(
         t for t in md.topics
-        if t.startswith(f"{pipeline.run_app_id_prefix}-") and t.endswith(("-changelog", "-repartition"))
+        if t.startswith(f"{pipeline.run_app_id_prefix}-") and matches_internal_topic_format(t)
     )
 
 

@@ -22,6 +22,8 @@ Also :func:`reset_application`, Kafka's application reset tool.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -230,6 +232,18 @@ def plan_topology(topology: Topology, application_id: str, user_partitions: dict
     )
 
 
+_FK_JOIN_TOPIC = re.compile(r".+-KTABLE-FK-JOIN-SUBSCRIPTION-(REGISTRATION|RESPONSE)-\d+-topic")
+
+
+def matches_internal_topic_format(topic: str) -> bool:
+    """Whether ``topic`` is named like an internal topic (Kafka's
+    ``StreamsResetter#matchesInternalTopicFormat``): a changelog, a repartition topic, or a
+    foreign-key join's subscription registration or response topic."""
+    return (topic.endswith(("-changelog", "-repartition", "-subscription-registration-topic",
+                            "-subscription-response-topic"))
+            or _FK_JOIN_TOPIC.fullmatch(topic) is not None)
+
+
 def reset_application(
     bootstrap: str,
     application_id: str,
@@ -264,7 +278,7 @@ def reset_application(
             raise StreamsException(f"cannot describe group {application_id}: {exc}") from exc
     md = admin.list_topics(timeout=timeout_s)
     prefix = f"{application_id}-"
-    internal = sorted(t for t in md.topics if t.startswith(prefix) and (t.endswith("-changelog") or t.endswith("-repartition")))
+    internal = sorted(t for t in md.topics if t.startswith(prefix) and matches_internal_topic_format(t))
     # forget every committed offset (internal topics included), then set the wanted ones
     try:
         admin.delete_consumer_groups([application_id], request_timeout=timeout_s)[application_id].result(timeout=timeout_s)

@@ -17,20 +17,38 @@ The rules, all times in ms unless named ``_s``:
   owned by another of the thread's tasks) holds, or has on its way, a record older than
   its head. Processing the task first would advance the stream time of everything
   downstream of both past that record and make it late there. Exactly-once skips both
-  (its sends are invisible until the transaction commits).
+  (its sends are invisible until the transaction commits). A record on its way to a
+  sibling partition that still buffers records is not waited for: a partition is
+  processed in offset order, so the sibling processes its buffered head (not older than
+  the task's head, or the task would wait for that instead) before the record on its way,
+  and that record is late downstream whatever the task does. Waiting for it only waited
+  for the sibling, which may itself wait for the task's head (a late record re-keyed into
+  a repartition topic held two tasks of a backlog in turn, ``UNKNOWN_LAG_WAIT_S`` per run
+  of records: issue 25's flights with null keys never caught up).
 * **The thread.** No task processes while an assigned, unpaused partition has nothing
   buffered or held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a
   replayed backlog keeps its tasks at the same event time.
 """
 from __future__ import annotations
 
+import logging
+import time
 from typing import Callable, Mapping, Protocol
 
-__all__ = ["BufferedTask", "Readiness", "UNKNOWN_LAG_WAIT_S"]
+__all__ = ["BufferedTask", "Readiness", "UNKNOWN_LAG_WAIT_S", "WATCHDOG_LOG_EVERY_S"]
+
+log = logging.getLogger("speed_layer.thread")
 
 TP = tuple[str, int]
 #: how long a task waits for a partition whose lag is unknown (no record, no end-of-partition yet), s
 UNKNOWN_LAG_WAIT_S = 5.0
+#: the watchdog logs an enforced wait for data at most once per this many seconds per thread
+WATCHDOG_LOG_EVERY_S = 60.0
+#: the rules, as the watchdog names them
+RULE_UNKNOWN_LAG = "an empty partition whose end was not seen"
+RULE_ON_ITS_WAY = "a record on its way back to an empty repartition partition"
+RULE_SIBLING = "an older record of a sibling repartition partition"
+RULE_IDLE = "max.task.idle.ms"
 
 
 class BufferedTask(Protocol):
@@ -64,11 +82,20 @@ class Readiness:
             may already be consumed back).
         waiting_input: ``waiting_input(tp)``: whether partition ``tp`` is unpaused with
             nothing held by the thread (the thread's flow control).
+        owner: names the thread in the watchdog's warnings.
+
+    The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
+    its way back, a sibling's older record) that ends in enforced processing after
+    ``UNKNOWN_LAG_WAIT_S`` means the awaited data did not come while the task sat idle;
+    Kafka itself never processes past a partition with lag. It is logged as a WARNING
+    naming the task (or the thread), the rule and the partition, at most once per
+    ``WATCHDOG_LOG_EVERY_S`` per thread (with the count of the others meanwhile).
+    ``max.task.idle.ms`` waits for caught-up partitions (lag 0) are not logged.
     """
 
     def __init__(self, max_task_idle_ms: int, exactly_once: bool, task_tps: Mapping[str, list[TP]],
                  tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
-                 serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool]) -> None:
+                 serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread") -> None:
         self.max_task_idle_ms = max_task_idle_ms
         self.exactly_once = exactly_once
         self.task_tps = task_tps
@@ -86,8 +113,14 @@ class Readiness:
         self._feeds_itself: dict[str, bool] = {}
         self._idle_since: dict[str, float] = {}
         self._thread_wait_since: float | None = None
+        self._thread_enforced = False
         #: the count of enforced processings per task (Kafka's ``enforced-processing`` metric)
         self.on_enforced: Callable[[str], None] = lambda task_id: None
+        #: names the thread in the watchdog's warnings
+        self.owner = owner
+        #: enforced processings of waits for data (lag > 0) not logged yet, and when the last was
+        self._unlogged_enforced = 0
+        self._last_warning: float | None = None
 
     # -- the thread's bookkeeping
     def add_partition(self, tp: TP, repartition: bool) -> None:
@@ -122,10 +155,14 @@ class Readiness:
             return True
         wait_s = 0.0
         head: int | None = None
+        #: the rule and partition holding the task, a wait for data first (the watchdog's)
+        why: tuple[str, TP] | None = None
         for tp in self.task_tps[task.task_id]:
             if task.buffered_in(*tp) > 0:
                 continue
             if not self.eof.get(tp):
+                if why is None or why[0] == RULE_IDLE:
+                    why = (RULE_UNKNOWN_LAG, tp)
                 wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                 continue
             if not self.exactly_once and tp in self.tracked:
@@ -133,17 +170,25 @@ class Readiness:
                 if pending is not None:
                     head = task.head_timestamp() if head is None else head
                     if pending <= head:
+                        if why is None or why[0] == RULE_IDLE:
+                            why = (RULE_ON_ITS_WAY, tp)
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
+            if idle > 0 and why is None:
+                why = (RULE_IDLE, tp)
             wait_s = max(wait_s, idle / 1000)
-        if wait_s == 0 and not self.exactly_once and self._sibling_pending(task):
-            wait_s = UNKNOWN_LAG_WAIT_S
+        if wait_s == 0 and not self.exactly_once:
+            sibling = self._sibling_pending(task)
+            if sibling is not None:
+                wait_s, why = UNKNOWN_LAG_WAIT_S, (RULE_SIBLING, sibling)
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)
             return True
         since = self._idle_since.setdefault(task.task_id, now)
         if now - since >= wait_s:
             self.on_enforced(task.task_id)
+            if why is not None and why[0] != RULE_IDLE:
+                self._enforced(f"task {task.task_id}", why, now - since)
             return True
         return False
 
@@ -169,8 +214,11 @@ class Readiness:
                     horizon = pending - 1
         for tp in self._sibling_tps(task):
             head = self.tp_task[tp].buffered_head(*tp)
-            if head is not None and (horizon is None or head < horizon):
-                horizon = head
+            if head is not None:
+                # what is on its way to tp comes after this record (see _sibling_pending)
+                if horizon is None or head < horizon:
+                    horizon = head
+                continue
             pending = pending_ts(tp, fetched.get(tp, 0))
             if pending is not None and (horizon is None or pending < horizon):
                 horizon = pending
@@ -182,16 +230,23 @@ class Readiness:
         if self.max_task_idle_ms < 0:
             return True
         eof, waiting_input = self.eof, self._waiting_input
-        waiting = any(
-            not eof.get(tp) and task.buffered_in(*tp) == 0 and waiting_input(tp)
-            for tp, task in self.tp_task.items()
-        )
-        if not waiting:
+        waiting: TP | None = None
+        for tp, task in self.tp_task.items():
+            if not eof.get(tp) and task.buffered_in(*tp) == 0 and waiting_input(tp):
+                waiting = tp
+                break
+        if waiting is None:
             self._thread_wait_since = None
+            self._thread_enforced = False
             return True
         if self._thread_wait_since is None:
             self._thread_wait_since = now
-        return now - self._thread_wait_since >= UNKNOWN_LAG_WAIT_S
+        if now - self._thread_wait_since < UNKNOWN_LAG_WAIT_S:
+            return False
+        if not self._thread_enforced:  # once per wait (it stays released until the wait ends)
+            self._thread_enforced = True
+            self._enforced("the thread", (RULE_UNKNOWN_LAG, waiting), now - self._thread_wait_since)
+        return True
 
     def caught_up(self) -> bool:
         """Every owned partition at its end and nothing buffered (the thread checks what it
@@ -200,6 +255,19 @@ class Readiness:
         return all(eof.get(tp) for tp in self.tp_task) and not any(t.buffered() for t in self.tp_task.values())
 
     # -- helpers
+    def _enforced(self, who: str, why: tuple[str, TP], waited_s: float) -> None:
+        """The watchdog (see the class docstring): log an enforced wait for data."""
+        self._unlogged_enforced += 1
+        now = time.monotonic()
+        if self._last_warning is not None and now - self._last_warning < WATCHDOG_LOG_EVERY_S:
+            return
+        others = self._unlogged_enforced - 1
+        self._unlogged_enforced, self._last_warning = 0, now
+        rule, (topic, partition) = why
+        log.warning("%s: %s waited %.1f s without progress (%s: %s-%d) and processes anyway%s",
+                    self.owner, who, waited_s, rule, topic, partition,
+                    f" ({others} other such wait(s) since the last warning)" if others else "")
+
     def _self_feeding(self, task: BufferedTask) -> bool:
         feeds = self._feeds_itself.get(task.task_id)
         if feeds is None:
@@ -215,28 +283,38 @@ class Readiness:
             siblings = self._siblings[task.task_id] = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
         return siblings
 
-    def _sibling_pending(self, task: BufferedTask) -> bool:
-        """True while this thread has sent a record older than the task's next record to a
-        sibling partition and that record has not been processed yet (still on its way
-        back, or queued in a sibling task that is held back itself)."""
+    def _sibling_pending(self, task: BufferedTask) -> TP | None:
+        """The sibling partition to which this thread has sent a record older than the
+        task's next record that may still be processed before it (queued at the head of the
+        sibling's buffer, or on its way back to an empty sibling partition); None if none.
+
+        A record on its way to a sibling partition that buffers records is not waited for:
+        the sibling processes its buffer first (in offset order), and its head is not older
+        than the task's (checked first), so that record is late downstream in any case.
+        Waiting for it was a wait for the sibling, which could itself wait for this task's
+        head (``queued < head`` the other way round): the two held each other back for
+        ``UNKNOWN_LAG_WAIT_S`` per run of records, while the awaited record could not be
+        fetched before the sibling's buffer drained."""
         siblings = self._sibling_tps(task)
         if not siblings:
-            return False
+            return None
         head = task.head_timestamp()
         for polled in (False, True):
-            older = False
+            older: TP | None = None
             for tp in siblings:
                 queued = self.tp_task[tp].buffered_head(*tp)
-                if queued is not None and queued < head:
-                    older = True  # the sibling holds an older record back itself: wait for it
-                    break
+                if queued is not None:
+                    if queued < head:
+                        older = tp  # the sibling holds an older record back itself: wait for it
+                        break
+                    continue  # anything on its way to tp is processed after this record
                 pending = self._pending(tp, self.fetched_next.get(tp, 0))
                 if pending is not None and pending < head:
-                    older = True
+                    older = tp
                     break
-            if not older or polled:
+            if older is None or polled:
                 return older
             # a send whose delivery report was not served yet may already be consumed back
             # (its offset is unknown until then): serve the reports and look again
             self._serve_reports()
-        return False
+        return None

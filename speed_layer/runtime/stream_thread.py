@@ -198,7 +198,7 @@ class StreamThread(threading.Thread):
             self.config.max_task_idle_ms, self.eos, self.task_tps, self.tp_task,
             pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
             serve_reports=lambda: self.collector.poll() if self.collector else None,
-            waiting_input=lambda tp: self.inputs.waiting_input(tp))
+            waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name)
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
