@@ -419,13 +419,15 @@ class Pipeline(_Declared):
 
     @property
     def streams_config(self) -> dict[str, Any]:
-        """``config`` with the dead-letter topic and handlers set when a DLQ is declared
-        (Kafka's KIP-1034 key and duet's ``dead_letter`` handlers), unless set already."""
+        """``config`` with the dead-letter topic and the deserialization, processing and
+        production exception handlers set to ``dead_letter`` when a DLQ is declared (Kafka's
+        KIP-1034 key and duet's ``dead_letter`` handlers), unless set already."""
         conf = dict(self.config)
         if self.dead_letter_topic:
             conf.setdefault("errors.dead.letter.queue.topic.name", self.dead_letter_topic)
             conf.setdefault("deserialization.exception.handler", "dead_letter")
             conf.setdefault("processing.exception.handler", "dead_letter")
+            conf.setdefault("production.exception.handler", "dead_letter")
         return conf
 
     @property

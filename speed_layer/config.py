@@ -23,6 +23,14 @@ DEFAULT_EMIT_INTERVAL_MS = 1000
 ProcessingGuarantee = Literal["at_least_once", "exactly_once_v2"]
 ExceptionHandler = Literal["log_and_fail", "log_and_continue", "dead_letter"]
 
+#: Kafka's built-in timestamp extractor classes -> duet's ``default.timestamp.extractor`` values
+_KAFKA_EXTRACTORS = {
+    "FailOnInvalidTimestamp": "fail_on_invalid",
+    "LogAndSkipOnInvalidTimestamp": "log_and_skip_on_invalid",
+    "UsePartitionTimeOnInvalidTimestamp": "use_partition_time_on_invalid",
+    "WallclockTimestampExtractor": "wall_clock",
+}
+
 
 class StreamsConfig(BaseModel):
     """Validated configuration of a streams application (Kafka's ``StreamsConfig``)."""
@@ -41,11 +49,19 @@ class StreamsConfig(BaseModel):
     statestore_cache_max_entries: int = Field(10_000, alias="statestore.cache.max.entries", ge=0)
     default_key_serde: Serde[Any] = Field(default_factory=Serdes.String, alias="default.key.serde")
     default_value_serde: Serde[Any] = Field(default_factory=Serdes.JSON, alias="default.value.serde")
-    default_timestamp_extractor: Literal["record", "fail_on_invalid", "log_and_skip_on_invalid", "wall_clock"] = Field(
-        "fail_on_invalid", alias="default.timestamp.extractor"
-    )
+    #: Kafka's built-in extractors (``speed_layer.processor.timestamps``); Kafka's class
+    #: names (``FailOnInvalidTimestamp``, with or without the package) are accepted too
+    default_timestamp_extractor: Literal[
+        "record", "fail_on_invalid", "log_and_skip_on_invalid", "use_partition_time_on_invalid", "wall_clock"
+    ] = Field("fail_on_invalid", alias="default.timestamp.extractor")
+    #: also handles a timestamp extractor's exception (other than a StreamsException, fatal
+    #: as in Kafka): duet's extension, Kafka's ``RecordQueue`` fails on any of them
     deserialization_exception_handler: ExceptionHandler = Field("log_and_fail", alias="deserialization.exception.handler")
     processing_exception_handler: ExceptionHandler = Field("log_and_fail", alias="processing.exception.handler")
+    #: Kafka's ``production.exception.handler`` for a record a sink or repartition topic's
+    #: serializer rejects (KIP-399, origin KEY or VALUE); ``log_and_fail`` is Kafka's
+    #: ``DefaultProductionExceptionHandler`` (FAIL), ``log_and_continue`` its CONTINUE
+    production_exception_handler: ExceptionHandler = Field("log_and_fail", alias="production.exception.handler")
     dead_letter_queue_topic: str | None = Field(None, alias="errors.dead.letter.queue.topic.name")
     auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", alias="auto.offset.reset")
     max_task_idle_ms: int = Field(0, alias="max.task.idle.ms", ge=-1)
@@ -53,6 +69,19 @@ class StreamsConfig(BaseModel):
     replication_factor: int = Field(1, alias="replication.factor", ge=1)
     session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=1)
     poll_ms: int = Field(100, alias="poll.ms", ge=0)
+    #: Kafka's ``task.timeout.ms`` (KIP-572): the longest a task may stall on retriable
+    #: broker errors (metadata of an output topic during a broker restart...) before
+    #: :class:`~speed_layer.errors.TaskTimeoutException` is raised; 0: at the first error
+    task_timeout_ms: int = Field(300_000, alias="task.timeout.ms", ge=0)
+    #: Kafka's ``retry.backoff.ms``: the wait between two retries of a failed broker call
+    #: (also passed to the producer and the consumers, whose librdkafka key is the same)
+    retry_backoff_ms: int = Field(100, alias="retry.backoff.ms", ge=0)
+    #: Kafka's producer ``max.block.ms``: the longest one metadata request of the runtime
+    #: blocks (librdkafka's ``produce`` does not block: no client key to pass it to)
+    max_block_ms: int = Field(60_000, alias="max.block.ms", ge=0)
+    #: Kafka's ``request.timeout.ms``: passed to the producer (librdkafka's producer key
+    #: of the same name, its ack timeout) when set; None: the client's default (30000, as Kafka)
+    request_timeout_ms: int | None = Field(None, alias="request.timeout.ms", ge=1, le=900_000)
     #: Kafka's ``application.server``: ``host:port`` of this instance's interactive-query
     #: endpoint, published to the other instances (``KafkaStreams.streams_metadata()``,
     #: ``query_metadata_for_key``). Empty: this instance is not discoverable.
@@ -79,6 +108,13 @@ class StreamsConfig(BaseModel):
         (10_000, 10, 100), alias="python.gc.thresholds"
     )
     client_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("default_timestamp_extractor", mode="before")
+    @classmethod
+    def _kafka_extractor_names(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return _KAFKA_EXTRACTORS.get(v.rsplit(".", 1)[-1], v)
+        return v
 
     @field_validator("python_gc_thresholds", mode="before")
     @classmethod

@@ -29,3 +29,10 @@ class InvalidStateStoreException(StreamsException):
 
 class TaskMigratedException(StreamsException):
     """The task was moved to another instance by a rebalance."""
+
+
+class TaskTimeoutException(StreamsException):
+    """A task made no progress within ``task.timeout.ms`` because a broker call kept failing
+    with a retriable error (Kafka's ``StreamsException`` wrapping a ``TimeoutException``
+    from ``AbstractTask.maybeInitTaskTimeoutOrThrow``, KIP-572). The stream thread dies
+    of it and hands it to the uncaught exception handler."""

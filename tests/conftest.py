@@ -41,6 +41,26 @@ def spark() -> Iterator[object]:
     stop_spark()
 
 
+@pytest.fixture(scope="session")
+def equivalence_kit() -> object:
+    """``tests/test_equivalence/equivalence_kit.py`` (the speed-vs-batch helpers) as ONE module
+    object, ``equivalence_kit``, the name that folder's tests import it by: other folders
+    cannot import it as ``test_equivalence.equivalence_kit``, since ``test_equivalence`` is
+    also the name of a test module there."""
+    import importlib.util
+    from pathlib import Path
+
+    if "equivalence_kit" in sys.modules:
+        return sys.modules["equivalence_kit"]
+    path = Path(__file__).parent / "test_equivalence" / "equivalence_kit.py"
+    spec = importlib.util.spec_from_file_location("equivalence_kit", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["equivalence_kit"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A prefix unique to this test, usable in topic names and application ids

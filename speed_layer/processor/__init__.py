@@ -8,5 +8,7 @@ from .api import (
     Record,
     RecordMetadata,
 )
+from .timestamps import FailOnInvalidTimestamp, LogAndSkipOnInvalidTimestamp, UsePartitionTimeOnInvalidTimestamp
 
-__all__ = ["Cancellable", "Change", "Processor", "ProcessorContext", "PunctuationType", "Record", "RecordMetadata"]
+__all__ = ["Cancellable", "Change", "FailOnInvalidTimestamp", "LogAndSkipOnInvalidTimestamp", "Processor", "ProcessorContext",
+           "PunctuationType", "Record", "RecordMetadata", "UsePartitionTimeOnInvalidTimestamp"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..config import StreamsConfig
-from ..errors import InvalidStateStoreException, StreamsException
+from ..errors import InvalidStateStoreException, SerializationException, StreamsException
 from ..graph.nodes import GraphNode
 from ..graph.ops import SinkOp
 from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata
@@ -70,6 +70,8 @@ class ProcessorContextImpl(InternalProcessorContext):
         """
         try:
             self.forward(record)
+        except SerializationException as exc:  # a processor's serde call: a processing error
+            self._task.handle_flush_error(self._node.name, record, exc)
         except StreamsException:
             raise
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler

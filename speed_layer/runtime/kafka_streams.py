@@ -92,7 +92,8 @@ class KafkaStreams:
         if not cfg.bootstrap_servers.strip():
             raise ConfigException("bootstrap.servers must be set: host:port[,host:port...] of the Kafka cluster")
         for key, handler in (("deserialization.exception.handler", cfg.deserialization_exception_handler),
-                             ("processing.exception.handler", cfg.processing_exception_handler)):
+                             ("processing.exception.handler", cfg.processing_exception_handler),
+                             ("production.exception.handler", cfg.production_exception_handler)):
             if handler == "dead_letter" and not cfg.dead_letter_queue_topic:
                 raise ConfigException(f"{key}=dead_letter requires errors.dead.letter.queue.topic.name (the dead-letter topic)")
         if not topology.source_topics():
@@ -103,7 +104,8 @@ class KafkaStreams:
         self.state_directory = StateDirectory(cfg.state_dir, cfg.application_id)
         self.process_id = ""
         self.plan: TopologyPlan | None = None  # type: ignore[assignment]
-        self.partition_counts = PartitionCounts(cfg.bootstrap_servers)
+        self.partition_counts = PartitionCounts(cfg.bootstrap_servers, task_timeout_ms=cfg.task_timeout_ms,
+                                                retry_backoff_ms=cfg.retry_backoff_ms, max_block_ms=cfg.max_block_ms)
         self.global_stores: dict[str, Any] = {}
         self._global: GlobalStateUpdater | None = None
         self._standby: StandbyUpdater | None = None
@@ -129,6 +131,12 @@ class KafkaStreams:
     def _logger(self) -> logging.Logger:
         return logging.getLogger("speed_layer.kafka")
 
+    def _retry_backoff(self) -> dict[str, Any]:
+        """``retry.backoff.ms`` for librdkafka (its range starts at 1; a backoff above its
+        ``retry.backoff.max.ms``, 1000, raises that bound too: the backoff stays static)."""
+        ms = max(1, self.config.retry_backoff_ms)
+        return {"retry.backoff.ms": ms, **({"retry.backoff.max.ms": ms} if ms > 1000 else {})}
+
     def consumer_config(self, client_id: str) -> dict[str, Any]:
         cfg = self.config
         if cfg.application_server:  # published to the other instances (see .metadata)
@@ -149,6 +157,7 @@ class KafkaStreams:
             # Java consumer fetches a resumed partition at once)
             "fetch.queue.backoff.ms": 10,
             "auto.offset.reset": cfg.auto_offset_reset,
+            **self._retry_backoff(),
             "logger": self._logger(),
         }
 
@@ -161,8 +170,11 @@ class KafkaStreams:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
+            **self._retry_backoff(),
             "logger": self._logger(),
         }
+        if cfg.request_timeout_ms is not None:
+            conf["request.timeout.ms"] = cfg.request_timeout_ms
         if cfg.exactly_once:
             conf["transaction.timeout.ms"] = 10_000  # Kafka Streams' default under EOS
         conf.update(self.client_overrides("producer."))
@@ -312,6 +324,11 @@ class KafkaStreams:
         missing_sinks = sorted(t for t in sinks if count(t) is None)
         if missing_sinks:
             raise StreamsException(f"Output topic(s) {missing_sinks} do not exist: create them before starting the application (Kafka Streams does not create them)")
+        # the sinks' partition counts now, as Kafka fetches the sink topics' metadata before
+        # processing: the first send after a broker restart needs no metadata request
+        # (topics named by a topic extractor are looked up on their first send)
+        for t in sinks:
+            self.partition_counts.set(t, count(t))  # type: ignore[arg-type]
         try:
             ensure_topics(cfg.bootstrap_servers, self.plan.topic_specs(cfg.replication_factor))
         except TopicError as exc:

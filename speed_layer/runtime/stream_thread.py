@@ -72,9 +72,10 @@ REPARTITION_PURGE_INTERVAL_S = 30.0
 #: before it replaces its producer instead (whose ``init_transactions`` aborts it), s
 ABORT_TIMEOUT_S = 20.0
 #: How long a recovery step (a new transactional producer, reading the committed offsets)
-#: retries while the broker is away, s: Kafka Streams' ``task.timeout.ms`` default (5
-#: minutes). If the steps together outlast ``max.poll.interval.ms`` the consumer leaves the
-#: group, and rejoins at its next poll (its tasks are then closed and assigned again).
+#: retries while the broker is away by default, s: Kafka Streams' ``task.timeout.ms``
+#: default (5 minutes); the steps use the config's ``task.timeout.ms``. If the steps
+#: together outlast ``max.poll.interval.ms`` the consumer leaves the group, and rejoins
+#: at its next poll (its tasks are then closed and assigned again).
 RECOVERY_TIMEOUT_S = 300.0
 
 
@@ -298,7 +299,7 @@ class StreamThread(threading.Thread):
             pconf.setdefault("delivery.report.only.error", True)
         self.producer = Producer(pconf)
         if self.eos:
-            deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+            deadline = time.monotonic() + self.config.task_timeout_ms / 1000
             while True:
                 try:
                     self.producer.init_transactions(30)
@@ -459,12 +460,12 @@ class StreamThread(threading.Thread):
         connection answers.
 
         Raises:
-            StreamsException: not readable within ``RECOVERY_TIMEOUT_S``.
+            StreamsException: not readable within ``task.timeout.ms``.
         """
         if not tps:
             return []
         assert self.consumer is not None
-        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        deadline = time.monotonic() + self.config.task_timeout_ms / 1000
         while True:
             try:
                 if via_admin:

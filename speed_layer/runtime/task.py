@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol
 
 from ..config import StreamsConfig
-from ..errors import InvalidTimestampException, StreamsException
+from ..errors import InvalidTimestampException, SerializationException, StreamsException
 from ..graph.nodes import GraphNode, SubTopology
 from ..graph.ops import SinkOp, SourceOp
 from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata, _new_tuple
 from ..processor.factory import create_processor
+from ..processor.timestamps import BUILTIN_EXTRACTORS
 from ..serde import Serde
 from ..state.factories import build_store
 from ..state.keys import ORDERED_KEY, PICKLE
@@ -350,11 +351,13 @@ class StreamTask:
                 value = vs.deserialize(raw.value)
             except Exception as exc:  # noqa: BLE001 - routed to the configured handler
                 self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
+                self._current_raw = None
                 return
         ts = raw.timestamp
         if not plain_ts or type(ts) is not int or ts < 0:
             ts = self._extract_timestamp(node, raw, key, value)
             if ts is None:
+                self._current_raw = None
                 return
         if ts > self.stream_time:
             self.stream_time = ts
@@ -364,6 +367,11 @@ class StreamTask:
         headers = raw.headers
         try:
             source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
+        except SerializationException as exc:
+            # a processor's own serde call (a store key, a join's lookup key): a processing
+            # error, as in Kafka's ProcessorNode#process (its SerializationException is no
+            # StreamsException); a sink's serializer goes to the production handler instead
+            self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         except StreamsException:
             raise
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
@@ -373,27 +381,47 @@ class StreamTask:
             self.punctuate_stream_time()
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
+        """The record's timestamp from the source's extractor (else the default one), as
+        Kafka's ``RecordQueue#updateHead``: a StreamsException of the extractor (the
+        built-in ``FailOnInvalidTimestamp``...) is fatal; a negative (or None) timestamp
+        drops the record (``dropped-records``). None: the record is not processed.
+
+        Any other exception of the extractor goes to ``deserialization.exception.handler``
+        (duet's extension: Kafka's ``RecordQueue`` wraps it in a fatal StreamsException,
+        "Fatal user code error in TimestampExtractor callback"; here one record must not
+        stop the application when a handler other than ``log_and_fail`` is configured).
+
+        Raises:
+            StreamsException: the extractor's, or the handler's ``log_and_fail``.
+        """
         extractor = node.op.timestamp_extractor
-        mode = self.config.default_timestamp_extractor
-        if extractor is not None:
+        if extractor is None:
+            mode = self.config.default_timestamp_extractor
+            if mode == "wall_clock":
+                extractor = self._wall_clock_extractor
+            else:
+                extractor = BUILTIN_EXTRACTORS[mode]
+        try:
             ts = extractor(key, value, raw.timestamp, self.stream_time)
-        elif mode == "wall_clock":
-            ts = self.clock()
-        else:
-            ts = raw.timestamp
+        except InvalidTimestampException as exc:
+            raise InvalidTimestampException(f"task {self.task_id}, record {raw.topic}-{raw.partition}@{raw.offset}: {exc}") from exc
+        except StreamsException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+            self._handle_error("timestamp_extraction", self.config.deserialization_exception_handler, raw, exc)
+            return None
         if ts is None or ts < 0:
-            # Kafka: the built-in FailOnInvalidTimestamp throws; LogAndSkipOnInvalidTimestamp
-            # and any custom extractor returning a negative timestamp make RecordQueue skip
-            # the record (counted as dropped-records)
-            if mode == "log_and_skip_on_invalid" or extractor is not None:
-                log.warning("task %s: skipping record %s-%d@%d with invalid timestamp %s", self.task_id, raw.topic, raw.partition, raw.offset, ts)
-                self.metrics.inc(self.task_id, "dropped-records")
-                return None
-            raise InvalidTimestampException(
-                f"Input record {raw.topic}-{raw.partition}@{raw.offset} has invalid (negative) timestamp {ts}; "
-                "set default.timestamp.extractor=log_and_skip_on_invalid to skip such records"
-            )
+            # Kafka's RecordQueue: "Skipping record due to negative extracted timestamp"
+            log.warning("task %s: skipping record due to negative extracted timestamp. topic=[%s] partition=[%d] "
+                        "offset=[%d] extractedTimestamp=[%s] extractor=[%r]", self.task_id, raw.topic, raw.partition,
+                        raw.offset, ts, extractor)
+            self.metrics.inc(self.task_id, "dropped-records")
+            return None
         return int(ts)
+
+    def _wall_clock_extractor(self, key: Any, value: Any, record_timestamp: int, partition_time: int) -> int:
+        """Kafka's ``WallclockTimestampExtractor`` (the task's clock: the driver's mocked one)."""
+        return self.clock()
 
     def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
         where = f"{raw.topic}-{raw.partition}@{raw.offset}"
@@ -431,6 +459,43 @@ class StreamTask:
             return
         self._dead_letter("processing", exc, where, None, None, record.timestamp, [("__streams.errors.node", node.encode())])
 
+    def _handle_serialization_error(self, node: str, topic: str, origin: str, record: Record[Any, Any], exc: Exception) -> None:
+        """``production.exception.handler`` for a record the sink ``node``'s serializer of
+        ``origin`` (``KEY`` or ``VALUE``) rejects, as Kafka's ``RecordCollectorImpl#send``
+        hands a serialization exception to ``ProductionExceptionHandler#handleSerializationException``
+        (KIP-399): ``log_and_fail`` (Kafka's DefaultProductionExceptionHandler: FAIL) raises
+        "Unable to serialize record"; otherwise the record is not sent (CONTINUE) and is
+        counted in ``dropped-records``, and ``dead_letter`` sends the source record being
+        processed (KIP-1034's ``sourceRawKey``/``sourceRawValue``: null for a record a
+        cache flush or a punctuation forwarded) with the error headers, ``__streams.errors.node``
+        naming the sink and ``__streams.errors.origin`` the origin. The other sinks of the
+        record still get it (Kafka's CONTINUE drops this send only).
+
+        Raises:
+            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
+        """
+        handler = self.config.production_exception_handler
+        desc = f"ProducerRecord(topic=[{topic}], timestamp=[{record.timestamp}]), {origin.lower()} {record.key if origin == 'KEY' else record.value!r}"
+        if handler == "log_and_fail":
+            raise StreamsException(f"Unable to serialize record in task {self.task_id}. {desc}: {exc!r}") from exc
+        self.metrics.inc(self.task_id, "dropped-records")
+        if handler == "log_and_continue":
+            log.warning("task %s: unable to serialize record, continue processing. %s: %r", self.task_id, desc, exc)
+            return
+        extra = [("__streams.errors.node", node.encode()), ("__streams.errors.origin", origin.encode()),
+                 ("__streams.errors.sink.topic", topic.encode())]
+        raw = self._current_raw
+        if raw is None:
+            self._dead_letter("serialization", exc, f"{desc} (no source record)", None, None, record.timestamp, extra)
+            return
+        headers = list(raw.headers) + [
+            ("__streams.errors.topic", raw.topic.encode()),
+            ("__streams.errors.partition", str(raw.partition).encode()),
+            ("__streams.errors.offset", str(raw.offset).encode()),
+        ] + extra
+        self._dead_letter("serialization", exc, f"{raw.topic}-{raw.partition}@{raw.offset} ({desc})", raw.key, raw.value,
+                          raw.timestamp, headers)
+
     def _dead_letter(self, kind: str, exc: Exception, where: str, key: bytes | None, value: bytes | None, timestamp: int,
                      headers: list[tuple[str, bytes]]) -> None:
         """Send a dead letter to ``errors.dead.letter.queue.topic.name`` with the error
@@ -467,8 +532,16 @@ class StreamTask:
             kb = None if key is None else kser(key)
             vb = None if value is None else vser(value)
         except Exception:  # noqa: BLE001 - again through the serdes, for their exception
-            kb = ks.serialize(key)
-            vb = vs.serialize(value)
+            try:
+                kb = ks.serialize(key)
+            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
+                self._handle_serialization_error(node, full, "KEY", record, exc)
+                return
+            try:
+                vb = vs.serialize(value)
+            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
+                self._handle_serialization_error(node, full, "VALUE", record, exc)
+                return
         partition = None
         if plain:
             pass
@@ -476,7 +549,11 @@ class StreamTask:
             partition = op.partitioner(full, key, value, self.collector.partitions_for(full))
         elif ks.inner is not None and isinstance(key, Windowed):
             # Kafka's WindowedStreamPartitioner: a windowed key goes by its base key
-            base = ks.inner.serialize(key.key)
+            try:
+                base = ks.inner.serialize(key.key)
+            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
+                self._handle_serialization_error(node, full, "KEY", record, exc)
+                return
             if base is not None:
                 partition = partition_for_key(base, self.collector.partitions_for(full))
         # (the collector copies the headers it sends)

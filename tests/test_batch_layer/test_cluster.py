@@ -279,6 +279,7 @@ class StandaloneCluster:
 _DRIVER = """
 import json, sys, time
 from batch_layer.spark import get_spark, stop_spark
+from pipelines.examples.flights import pipeline
 from pipelines.steps import run_batch_layer
 
 lake, conf = sys.argv[1], json.loads(sys.argv[2])
@@ -286,7 +287,7 @@ t0 = time.monotonic()
 spark = get_spark("duet-cluster-test", conf=conf)  # the master from $DUET_SPARK_MASTER, else local[*]
 sc = spark.sparkContext
 started_s = time.monotonic() - t0
-stats = run_batch_layer(spark, lake)
+stats = run_batch_layer(pipeline, spark, lake)
 infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # the driver's own entry included
 out = {"master": sc.master, "app_id": sc.applicationId, "executors": len(infos) - 1,
        "parallelism": sc.defaultParallelism, "rows": stats.rows, "watermark_ms": stats.watermark_ms,
@@ -342,6 +343,7 @@ def _flights_lake(lake: Path) -> None:
 @pytest.mark.spark
 def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path: Path) -> None:
     from batch_layer.run import read_view
+    from pipelines.examples.flights import pipeline as flights
     from pipelines.steps import run_batch_layer
     from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 
@@ -358,7 +360,7 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
     with StandaloneCluster(tmp_path / "spark", workers=2, cores=1, memory="1g") as cluster:
         remote = Driver("cluster", cluster_lake.as_uri(), tmp_path, cluster.url, conf)
         try:
-            local = run_batch_layer(spark, local_lake)  # the reference, while the cluster boots
+            local = run_batch_layer(flights, spark, local_lake)  # the reference, while the cluster boots
             cluster.wait_workers()
             workers_up_s = time.monotonic() - t0
             on_cluster = remote.result(timeout_s=600)

@@ -268,10 +268,10 @@ def _speed_views_in_order(raws: list[Any]) -> tuple[dict[str, Any], int]:
 
 
 @pytest.mark.spark
-def test_batch_equals_speed_on_the_sample(spark: Any, tmp_path: Path) -> None:
-    from test_equivalence.equivalence_kit import (
-        Raw, assert_views_equal, batch_views, produce, raw_frames, speed_views, write_raw_batch,
-    )
+def test_batch_equals_speed_on_the_sample(spark: Any, tmp_path: Path, equivalence_kit: Any) -> None:
+    kit = equivalence_kit
+    Raw, assert_views_equal, batch_views, produce = kit.Raw, kit.assert_views_equal, kit.batch_views, kit.produce
+    raw_frames, speed_views, write_raw_batch = kit.raw_frames, kit.speed_views, kit.write_raw_batch
 
     from batch_layer.run import run_batch
 

@@ -7,7 +7,6 @@ Fast tests need no broker and no Spark; the agreement test is marked ``spark``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -162,22 +161,9 @@ def test_generated_tests_pass(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- speed == batch
-def _equivalence_kit() -> Any:
-    """``tests/test_equivalence/equivalence_kit.py`` (the module already imported by that
-    folder's tests, or loaded from its file)."""
-    if "equivalence_kit" in sys.modules:
-        return sys.modules["equivalence_kit"]
-    path = REPO / "tests" / "test_equivalence" / "equivalence_kit.py"
-    spec = importlib.util.spec_from_file_location("equivalence_kit", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["equivalence_kit"] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.spark
-def test_sample_views_agree_between_speed_and_batch(spark: Any, tmp_path: Path, isolated_imports: None) -> None:
+def test_sample_views_agree_between_speed_and_batch(spark: Any, tmp_path: Path, isolated_imports: None,
+                                                  equivalence_kit: Any) -> None:
     """The template's claim: the sample's readings, piped into the speed layer in ARRIVAL
     order (out-of-order ones included), give exactly the batch layer's views (value JSON text
     and timestamp of every window and every site), and both dead-letter the same 3 records."""
@@ -186,7 +172,7 @@ def test_sample_views_agree_between_speed_and_batch(spark: Any, tmp_path: Path, 
     from speed_layer import Serdes
     from speed_layer.testing import TopologyTestDriver
 
-    kit = _equivalence_kit()
+    kit = equivalence_kit
     root = tmp_path / "sensors"
     init_project(root)
     pipeline = load_project(root)

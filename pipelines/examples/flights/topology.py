@@ -49,6 +49,9 @@ VIEW_NAMES: tuple[str, ...] = ("departures_hourly", "same_tz_hourly", "seats_by_
 STREAMS_CONFIG: dict[str, Any] = {
     "deserialization.exception.handler": "dead_letter",
     "processing.exception.handler": "dead_letter",
+    # a field of the wrong type (``origin`` a list...) that a repartition or output key
+    # serde rejects: dead-lettered too (Kafka's production.exception.handler, KIP-399)
+    "production.exception.handler": "dead_letter",
     "errors.dead.letter.queue.topic.name": DLQ_TOPIC,
 }
 
@@ -92,8 +95,20 @@ def scheduled_departure_ms(flight: dict[str, Any]) -> int:
     return int(th.timestamp() * 1000) + minute * 60_000
 
 
+class InvalidFlightError(ValueError):
+    """A ``flights`` record the pipeline cannot use (a tombstone, a value that is no flight)."""
+
+
 def flight_timestamp(key: Any, value: Any, record_timestamp: int, partition_time: int) -> int:
-    """Timestamp extractor: the scheduled departure (ms)."""
+    """Timestamp extractor: the scheduled departure (ms).
+
+    Raises:
+        InvalidFlightError: if ``value`` is not a flight (a null value: a tombstone on
+            ``flights``); the deserialization exception handler dead-letters the record.
+    """
+    if not isinstance(value, dict):
+        what = "null (a tombstone)" if value is None else type(value).__name__
+        raise InvalidFlightError(f"flight {key!r} has no timestamp: its value is {what}, not a flight")
     last, ts = _last_parsed
     return ts if last is value else scheduled_departure_ms(value)
 
