@@ -290,9 +290,12 @@ class _JoinLogic:
         self.node, self.op, self.key_serde = node, op, key_serde
 
     def lookup_key(self, r: Rec) -> tuple[bool, Any]:
-        """``(keep, lookup_key)`` (KIP-962, as the speed layer): a left join joins a record
-        whose join key is null with None; otherwise a null join key or a null value drops
-        the record (``keep`` False; counted by the speed layer as dropped, not an error)."""
+        """``(keep, lookup_key)`` (KIP-962, as the speed layer's ``StreamTableJoinProcessor``
+        and Kafka >= 4.1's ``KStreamKTableJoinProcessor#maybeDropRecord``): a left join
+        joins a record whose join key (a GlobalKTable key selector's result included) is
+        null with None; otherwise a null join key or a null value drops the record (``keep``
+        False; counted by the speed layer in ``dropped-records``, not a batch error, so not
+        in ``BatchResult.dropped``)."""
         op = self.op
         lk = op.key_selector(r[0], r[1]) if op.key_selector else r[0]
         if op.left and lk is None and r[1] is not None:

@@ -13,7 +13,9 @@ Endpoints (times in epoch ms plus ISO-8601 UTC):
   :mod:`serving.api.pages`).
 
 Errors: unknown view / key -> 404 (the view message lists the known views); a malformed time
--> 422 naming the accepted formats; ``from > to`` -> 400. Bodies are ``{"detail": str}``.
+-> 422 naming the accepted formats, another invalid parameter (``limit=0``) -> 422; ``from >
+to`` -> 400. Bodies are ``{"detail": str}`` (``ErrorResponse``), declared in the OpenAPI
+document for every code each route returns.
 """
 
 from __future__ import annotations
@@ -109,10 +111,15 @@ class KeysResponse(BaseModel):
     keys: list[str]
 
 
+# Every error body is ``{"detail": str}`` (the exception handlers of ``create_app``), so every
+# error code a route can return is declared with :class:`ErrorResponse` -- a 422 included:
+# FastAPI's default 422 schema (``HTTPValidationError``, ``detail`` a list) is not what the
+# validation handler returns, so each route with parameters overrides it
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "unknown view or key"}}
+_INVALID = {422: {"model": ErrorResponse, "description": "invalid parameter"}}
 _BAD_TIME = {
     400: {"model": ErrorResponse, "description": "from > to"},
-    422: {"model": ErrorResponse, "description": "malformed time bound"},
+    422: {"model": ErrorResponse, "description": "malformed time bound or invalid parameter"},
 }
 
 
@@ -204,12 +211,13 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         """Every served view with its spec, size and Delta version."""
         return ViewsResponse(views=[_view_info(index, v) for v in index.views()])
 
-    @app.get("/views/{view}", response_model=ViewInfo, responses=_NOT_FOUND, tags=["views"])
+    @app.get("/views/{view}", response_model=ViewInfo, responses={**_NOT_FOUND, **_INVALID}, tags=["views"])
     def view(view: str) -> ViewInfo:
         """One served view."""
         return _view_info(index, view)
 
-    @app.get("/views/{view}/keys", response_model=KeysResponse, responses=_NOT_FOUND, tags=["views"])
+    @app.get("/views/{view}/keys", response_model=KeysResponse, responses={**_NOT_FOUND, **_INVALID},
+             tags=["views"])
     def keys(
         view: str,
         limit: int = Query(1000, ge=1, le=100_000, description="max keys returned"),

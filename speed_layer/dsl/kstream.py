@@ -213,7 +213,9 @@ class KStream:
 
         * ``join(table: KTable, joiner(value, table_value), joined=None)``: for each
           stream record, look the table up by key; no output when absent.
-        * ``join(gtable: GlobalKTable, key_selector(key, value), joiner(value, table_value))``.
+        * ``join(gtable: GlobalKTable, key_selector(key, value), joiner(value, table_value))``:
+          a record whose key selector returns None, or whose value is None, is dropped
+          (``dropped-records``).
         * ``join(stream: KStream, joiner(v1, v2), windows: JoinWindows, stream_joined=None)``:
           windowed; output timestamp is the larger of both.
         """
@@ -221,7 +223,13 @@ class KStream:
 
     def left_join(self, other: Any, *args: Any, **kwargs: Any) -> "KStream":
         """Left join (same overloads as ``join``): unmatched records are joined with None;
-        for a KStream-KStream join they are emitted when the window closes (Kafka >= 3.1)."""
+        for a KStream-KStream join they are emitted when the window closes (Kafka >= 3.1).
+
+        Nulls (KIP-962): a record with a null value is dropped (``dropped-records``); one
+        with a null join key is joined with None -- for a KTable a null record key, for a
+        GlobalKTable a ``key_selector`` returning None (Kafka >= 4.1, KAFKA-19208; Kafka
+        3.7-4.0 dropped the latter when the stream key was not null). A GlobalKTable join
+        looks a null-keyed record up by ``key_selector(key, value)``."""
         return self._join(other, "left", *args, **kwargs)
 
     def outer_join(self, other: "KStream", joiner: Callable[[Any, Any], Any], windows: JoinWindows, stream_joined: StreamJoined | None = None) -> "KStream":

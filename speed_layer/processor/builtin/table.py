@@ -63,10 +63,14 @@ class StreamTableJoinProcessor(OpProcessor):
     of the record's timestamp for a versioned table, KIP-914); table updates never trigger
     output; the result keeps the stream record's key and timestamp.
 
-    Null handling (KIP-962, Kafka >= 3.7): a left join forwards a record whose join key
-    (the record key, or ``key_selector(key, value)`` for a GlobalKTable) is null as
-    ``joiner(value, None)``; otherwise records with a null join key or a null value are
-    dropped (``dropped-records``).
+    Null handling (KIP-962, as Kafka >= 4.1's ``KStreamKTableJoinProcessor#maybeDropRecord``,
+    ``leftJoin && mappedKey == null && value != null`` keeps the record): a left join
+    forwards a record whose join key (the record key, or ``key_selector(key, value)`` for a
+    GlobalKTable) is null as ``joiner(value, None)``; otherwise records with a null join key
+    or a null value are dropped (``dropped-records``). Kafka 3.7-4.0 tested the *stream*
+    key there instead and dropped a non-null-keyed left-join record whose key selector
+    returned null, against KIP-962's text; KAFKA-19208 (apache/kafka#19580) fixed that in
+    4.1, the version duet follows (``KStreamGlobalKTableLeftJoinTest``).
 
     With a grace period (``Joined.grace_ms``, KIP-923, versioned tables only) stream
     records wait in a buffer until stream time reaches ``timestamp + grace`` and are joined
