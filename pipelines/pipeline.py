@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pipelines.topology_reading import servable_stores, sink_topics, source_topics
 from speed_layer.topology import Topology
 
 if TYPE_CHECKING:
@@ -476,39 +477,3 @@ class Pipeline(_Declared):
         if limit is not None:
             events = events[:limit]
         return Sample(tables=data.tables, events=events)
-
-
-# ---------------------------------------------------------------------- topology reading
-def source_topics(topo: Topology) -> list[str]:
-    """The user topics ``topo`` reads (streams, tables, global tables; no repartition topic)."""
-    from speed_layer.graph.ops import SourceOp
-
-    out: list[str] = []
-    for node in topo.nodes.values():
-        op = node.op
-        if isinstance(op, SourceOp) and not op.repartition:
-            out.extend(t for t in op.topics if t not in out)
-    return out
-
-
-def sink_topics(topo: Topology) -> set[str]:
-    """The user topics ``topo`` writes by name (no repartition topic)."""
-    from speed_layer.graph.ops import SinkOp
-
-    return {n.op.topic for n in topo.nodes.values()
-            if isinstance(n.op, SinkOp) and not n.op.repartition and n.op.topic}
-
-
-def servable_stores(topo: Topology) -> dict[str, Any]:
-    """``{store: windows or None}`` of the stores an aggregation writes (KGroupedStream,
-    cogroup or KGroupedTable): the stores duet can serve as views."""
-    from speed_layer.graph.ops import AggregateOp, CogroupOp, TableAggregateOp
-
-    out: dict[str, Any] = {}
-    for node in topo.nodes.values():
-        op = node.op
-        if isinstance(op, (AggregateOp, CogroupOp)):
-            out[op.store] = op.windows
-        elif isinstance(op, TableAggregateOp):
-            out[op.store] = None
-    return out
