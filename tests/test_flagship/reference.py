@@ -1,7 +1,7 @@
 """A pandas reference of the flagship's four questions, written independently of the
 topology (no speed_layer code): the ground truth the speed and batch layers are checked
 against. Rows: ``{(key, window_start, window_end): value}`` with the value shapes of
-``pipelines/topologies/flights.py``.
+``pipelines/examples/flights/topology.py``.
 """
 from __future__ import annotations
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from pipelines.examples.flights.data import flight_records, table_records
-from pipelines.examples.flights.topology import DLQ_TOPIC, STREAMS_CONFIG, VIEW_NAMES, build_topology
+from pipelines.examples.flights.data import flight_records
+from pipelines.examples.flights.topology import DLQ_TOPIC, VIEW_NAMES
 from speed_layer import Serdes
 from speed_layer.testing import TopologyTestDriver
+
+from .driver_kit import flights_driver
 
 N = 40
 
@@ -25,12 +27,7 @@ def records() -> list[Any]:
 
 
 def _driver() -> TopologyTestDriver:
-    d = TopologyTestDriver(build_topology(), {**STREAMS_CONFIG, "application.id": "bad-flights-test"})
-    for name in ("planes", "airports", "airlines"):
-        t = d.create_input_topic(name, Serdes.String(), Serdes.JSON())
-        for r in table_records(name):
-            t.pipe_input(r.key, r.value, r.timestamp)
-    return d
+    return flights_driver("bad-flights-test")
 
 
 def _pipe(d: TopologyTestDriver, r: Any) -> None:

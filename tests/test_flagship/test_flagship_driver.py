@@ -11,9 +11,11 @@ import json
 import pytest
 
 from pipelines.examples.flights.data import flight_records, table_records
-from pipelines.examples.flights.topology import STREAMS_CONFIG, VIEW_NAMES as VIEWS, build_topology
+from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 from speed_layer import Serdes
 from speed_layer.testing import TopologyTestDriver
+
+from .driver_kit import flights_driver
 
 from . import reference
 
@@ -26,12 +28,7 @@ def records():
 
 
 def _driver() -> TopologyTestDriver:
-    d = TopologyTestDriver(build_topology(), {**STREAMS_CONFIG, "application.id": "flagship-test"})
-    for name in ("planes", "airports", "airlines"):
-        t = d.create_input_topic(name, Serdes.String(), Serdes.JSON())
-        for r in table_records(name):
-            t.pipe_input(r.key, r.value, r.timestamp)
-    return d
+    return flights_driver("flagship-test")
 
 
 def _reference(records) -> dict[str, dict]:
