@@ -272,18 +272,32 @@ def query(
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"--from ({ms_to_iso(lo)}) is after --to ({ms_to_iso(hi)})")
         rows = index.query(view, key, lo, hi)
-    if json_out:
-        print(json.dumps(rows))
+    if json_out:  # ``value`` as the JSON it holds (the API's ``value``), not its text
+        print(json.dumps([{**r, "value": _json_value(r["value"])} for r in rows]))
         return
     from rich.table import Table
+    from rich.text import Text
 
+    # Nothing is cut at the terminal's width: full ISO times, a long value folds onto more lines.
     table = Table(title=f"{view} / {key}: {len(rows)} rows")
-    for col in ("window start", "window end", "value", "source"):
-        table.add_column(col)
+    table.add_column("window start", no_wrap=True, min_width=24)
+    table.add_column("window end", no_wrap=True, min_width=24)
+    table.add_column("value", overflow="fold")
+    table.add_column("source", no_wrap=True, min_width=5)
     for r in rows:
-        table.add_row(ms_to_iso(r["window_start"]) or "", ms_to_iso(r["window_end"]) or "", str(r["value"]),
-                      str(r["source"]))
+        table.add_row(ms_to_iso(r["window_start"]) or "", ms_to_iso(r["window_end"]) or "",
+                      Text(str(r["value"])), str(r["source"]))  # Text: a value's "[...]" is not markup
     console.print(table)
+
+
+def _json_value(text: Any) -> Any:
+    """A stored value (JSON text) parsed; text that is not JSON as it is."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 # --------------------------------------------------------------------------- init

@@ -18,6 +18,27 @@ import typer
 __all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "make_console", "setup_logging", "cluster",
            "user_errors", "stdout_to_stderr", "reporter", "pipeline_and_lake", "BOOTSTRAP_ENV"]
 
+
+def _flags_read_as_flags() -> None:
+    """Typer's rich help (0.2x) shows a type after every option, ``<bool>`` after a flag too
+    (``--json <bool>`` reads as if it took a value): show none after a flag or a counter, as
+    its plain help does."""
+    option = getattr(typer.core, "TyperOption", None)
+    show = getattr(option, "display_type_rich", None)
+    if show is None or getattr(show, "_duet_flags", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        return show(self, ctx)
+
+    display_type_rich._duet_flags = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich
+
+
+_flags_read_as_flags()
+
 app = typer.Typer(
     name="duet",
     help="duet: one topology, played by a speed layer (Kafka Streams semantics) and a batch "

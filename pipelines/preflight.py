@@ -31,6 +31,9 @@ def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0, hint: str = CL
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    refused = _no_address_answers(bootstrap, min(timeout_s, PROBE_TIMEOUT_S))
+    if refused:
+        raise UserError(f"cannot reach Kafka at {bootstrap} ({refused}); {hint}")
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000),
                          "log_level": 0, "logger": _SILENT})
     try:
@@ -39,6 +42,37 @@ def check_kafka_reachable(bootstrap: str, timeout_s: float = 8.0, hint: str = CL
         raise UserError(
             f"cannot reach Kafka at {bootstrap} ({exc.args[0].str() if exc.args else exc}); {hint}"
         ) from None
+
+
+PROBE_TIMEOUT_S = 3.0
+
+
+def _no_address_answers(bootstrap: str, timeout_s: float) -> str | None:
+    """Open a TCP connection to each bootstrap address in turn: ``None`` as soon as one accepts
+    (or an address cannot be parsed: the admin client judges), else why the last one failed.
+
+    librdkafka retries a refused connection until its metadata timeout runs out; a plain
+    connect fails at once, so a broker that is not there is reported in a second, not in
+    ``timeout_s`` of the metadata request."""
+    reason: str | None = None
+    for server in (s.strip() for s in bootstrap.split(",")):
+        if not server:
+            continue
+        address = server.split("://", 1)[-1]
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            return None
+        host = host.strip("[]") or "localhost"
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s):
+                return None
+        except socket.gaierror as exc:
+            reason = f"cannot resolve {host}: {exc.strerror or exc}"
+        except TimeoutError:
+            reason = f"no answer from {server} within {timeout_s:g} s"
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+    return reason
 
 
 class _Silent:

@@ -10,7 +10,7 @@ Endpoints (times in epoch ms plus ISO-8601 UTC):
   ``[from, to]``; bounds are ISO-8601 (naive = UTC) or integer epoch ms.
 * ``GET /quality``: the stored Great Expectations results by view.
 * ``GET /ui``, ``GET /ui/views/{view}``: HTML pages charting each view (see
-  :mod:`serving.api.pages`).
+  :mod:`serving.api.pages`); ``GET /`` redirects (307) to ``/ui``.
 
 Errors: unknown view / key -> 404 (the view message lists the known views); a malformed time
 -> 422 naming the accepted formats, another invalid parameter (``limit=0``) -> 422; ``from >
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
 from serving.api.times import ACCEPTED_TIME_FORMATS, TIME_PATTERN, ms_to_iso, parse_time_ms
@@ -269,6 +269,11 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
     def quality() -> dict[str, QualityResult]:
         """The stored Great Expectations results (``<lake>/quality/<view>.json``) by view."""
         return load_results(lake)
+
+    @app.get("/", include_in_schema=False)
+    def root(request: Request) -> RedirectResponse:
+        """The browser's landing page is the UI."""
+        return RedirectResponse(request.scope.get("root_path", "") + "/ui")
 
     from serving.api.pages import pages_router
 

@@ -43,3 +43,14 @@ def test_an_unreachable_broker_exits_with_2(tmp_path: object) -> None:
     res = runner.invoke(app, ["run", "--bootstrap", "127.0.0.1:1", "--limit", "10", "--lake", str(tmp_path)])
     assert res.exit_code == 2
     assert "duet run: cannot reach Kafka at 127.0.0.1:1" in res.output
+
+
+@pytest.mark.parametrize("command", ["run", "load", "speed", "batch", "serve", "query", "init"])
+def test_flags_read_as_flags(command: str) -> None:
+    """No ``<bool>`` after a flag (``--json``, ``--help``): it takes no value."""
+    res = runner.invoke(app, [command, "--help"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "<bool>" not in res.output, res.output
+    assert "--help" in res.output
+    if command == "run":
+        assert "<int range>" in res.output  # an option with a value still shows its type

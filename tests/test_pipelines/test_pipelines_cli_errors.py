@@ -3,8 +3,11 @@ traceback: the ``duet`` console script run as a user runs it (a subprocess)."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
+import time
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,19 +17,22 @@ import pytest
 
 from pipelines_testkit import HOUR0, HOUR_MS
 
+WIDE_CARRIERS = [f"carrier-{i:02d}" for i in range(20)]  # about 300 characters of JSON
+
 
 @pytest.fixture(scope="module")
 def served_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A lake root whose flights folder has one published view, ``departures_hourly`` (keys EWR
-    and JFK)."""
+    """A lake root whose flights folder has one published view, ``departures_hourly`` (keys EWR,
+    JFK and LGA, whose value is wider than a terminal)."""
     from serving.views import ViewSpec, publish
 
     root = tmp_path_factory.mktemp("cli") / "lake"
     lake = root / "flights"
     spec = ViewSpec.tumbling("departures_hourly", HOUR_MS, grace_ms=2 * HOUR_MS)
-    batch = pd.DataFrame({"key": ["EWR", "JFK"], "window_start": [HOUR0, HOUR0],
-                          "window_end": [HOUR0 + HOUR_MS] * 2, "value": ['{"count": 3}', '{"count": 4}'],
-                          "timestamp": [HOUR0 + 1] * 2})
+    batch = pd.DataFrame({"key": ["EWR", "JFK", "LGA"], "window_start": [HOUR0] * 3,
+                          "window_end": [HOUR0 + HOUR_MS] * 3,
+                          "value": ['{"count": 3}', '{"count": 4}', json.dumps({"carriers": WIDE_CARRIERS})],
+                          "timestamp": [HOUR0 + 1] * 3})
     publish(lake, [spec], {spec.name: batch}, {}, HOUR0 + 4 * HOUR_MS)
     return root
 
@@ -41,7 +47,6 @@ def busy_port() -> Iterator[int]:
 
 def duet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env_free = {"KAFKA_BOOTSTRAP_SERVERS": ""}
-    import os
 
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **env_free}, check=False)
@@ -92,7 +97,6 @@ def test_a_wrong_declaration_is_one_line_naming_the_field(tmp_path: Path) -> Non
         "    sources=[Source(topic=t) for t in ('flights', 'planes', 'airports', 'airlines')],\n"
         "    views=[View(store='departures_daily')], partitions=Partitioning(start=date(2013, 1, 1)))\n"
     )
-    import os
 
     res = subprocess.run([sys.executable, "-m", "pipelines.cli", "query", "--pipeline", "badpipe:pipeline",
                           "--lake", str(tmp_path)], capture_output=True, text=True, timeout=120, check=False,
@@ -119,10 +123,21 @@ def test_a_bad_time_bound(served_lake: Path) -> None:
 def test_a_good_query_prints_the_rows(served_lake: Path) -> None:
     res = duet("query", "departures_hourly", "JFK", "--json", "--lake", str(served_lake))
     assert res.returncode == 0, res.stderr
-    import json
-
     rows = json.loads(res.stdout)
-    assert [(r["key"], json.loads(r["value"])["count"], r["source"]) for r in rows] == [("JFK", 4, "batch")]
+    assert [(r["key"], r["value"], r["source"]) for r in rows] == [("JFK", {"count": 4}, "batch")]
+
+
+def test_the_query_table_cuts_nothing_at_80_columns(served_lake: Path) -> None:
+    """A piped stdout is 80 columns wide: the ISO times are whole, the wide value folds."""
+    from serving.api.times import ms_to_iso
+
+    res = duet("query", "departures_hourly", "LGA", "--lake", str(served_lake))
+    assert res.returncode == 0, res.stderr
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80, res.stdout
+    assert ms_to_iso(HOUR0) in res.stdout and ms_to_iso(HOUR0 + HOUR_MS) in res.stdout, res.stdout
+    assert "…" not in res.stdout, res.stdout
+    cells = "".join(line.split("│")[3].strip() for line in res.stdout.splitlines() if line.count("│") == 5)
+    assert json.dumps({"carriers": WIDE_CARRIERS}, separators=(",", ":")) in cells.replace(" ", ""), res.stdout
 
 
 @pytest.mark.parametrize(
@@ -144,9 +159,13 @@ def test_a_bad_flag_value(args: list[str], text: str) -> None:
 
 
 def test_an_unreachable_broker(tmp_path: Path) -> None:
-    for command in ("load", "speed"):
-        assert_one_line(duet(command, "--bootstrap", "127.0.0.1:1", "--limit", "5"),
-                        f"duet {command}: cannot reach Kafka at 127.0.0.1:1")
+    """A refused connection fails at once (it took the metadata timeout, ~9 s, before)."""
+    for command in ("load", "speed", "run"):
+        start = time.monotonic()
+        lake = [] if command == "load" else ["--lake", str(tmp_path)]
+        res = duet(command, "--bootstrap", "127.0.0.1:1", "--limit", "5", *lake)
+        assert_one_line(res, f"duet {command}: cannot reach Kafka at 127.0.0.1:1", "unset both")
+        assert time.monotonic() - start < 6, f"duet {command} took {time.monotonic() - start:.1f} s"
 
 
 def test_a_port_in_use(served_lake: Path, busy_port: int) -> None:

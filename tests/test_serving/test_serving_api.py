@@ -210,3 +210,10 @@ def test_serve_in_subprocess(lake: Path) -> None:
             proc.kill()
             proc.wait(timeout=5)
     assert proc.returncode is not None
+
+
+def test_root_redirects_to_the_ui(client: TestClient) -> None:
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code in (302, 307, 308) and r.headers["location"] == "/ui"
+    assert client.get("/").url.path == "/ui"
+    assert "/" not in client.get("/openapi.json").json()["paths"]
