@@ -98,7 +98,7 @@ def load(
     console = make_console()
     with user_errors("load", verbose):
         pipeline, _ = pipeline_and_lake(pipeline_ref, None)
-        pipeline.sample_data(1)  # fails at once, before a broker starts, without sample data
+        pipeline.require_sample()  # fails at once, before a broker starts, without sample data
     with user_errors("load", verbose), cluster(bootstrap, console) as (servers, embedded):
         if embedded:
             console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -383,9 +384,9 @@ class Pipeline(_Declared):
         return tuple(v.store for v in self.views)
 
     @property
-    def view_specs(self) -> dict[str, ViewSpec]:
-        """``{view: serving.ViewSpec}`` derived from the topology's windows."""
-        return dict(self._specs)
+    def view_specs(self) -> Mapping[str, ViewSpec]:
+        """``{view: serving.ViewSpec}`` derived from the topology's windows (read-only)."""
+        return MappingProxyType(self._specs)
 
     def view(self, name: str) -> View:
         """The declared :class:`View` ``name``.
@@ -463,8 +464,8 @@ class Pipeline(_Declared):
         exps.extend(view.expectations)
         return exps
 
-    def sample_data(self, limit: int | None = None) -> Sample:
-        """The declared sample (the first ``limit`` events).
+    def require_sample(self) -> Callable[[int | None], Sample]:
+        """The declared sample function (without calling it).
 
         Raises:
             PipelineError: the pipeline declares no sample data.
@@ -472,7 +473,15 @@ class Pipeline(_Declared):
         if self.sample is None:
             raise PipelineError(f"pipeline {self.name!r} declares no sample data: produce into its topics "
                                 f"({', '.join(self.input_topics)}) and run without loading")
-        data = self.sample(limit)
+        return self.sample
+
+    def sample_data(self, limit: int | None = None) -> Sample:
+        """The declared sample (the first ``limit`` events).
+
+        Raises:
+            PipelineError: the pipeline declares no sample data.
+        """
+        data = self.require_sample()(limit)
         events = list(data.events)
         if limit is not None:
             events = events[:limit]
