@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from pipelines.examples.flights.data import flight_records
-from pipelines.examples.flights.topology import DLQ_TOPIC, VIEW_NAMES
+from pipelines.examples.flights.topology import DLQ_TOPIC
 from speed_layer import Serdes
 from speed_layer.testing import TopologyTestDriver
 
-from .driver_kit import flights_driver
+from .driver_kit import flights_driver, read_views
 
 N = 40
 
@@ -34,20 +34,6 @@ def _pipe(d: TopologyTestDriver, r: Any) -> None:
     d.pipe_raw("flights", r.key.encode(), json.dumps(r.value).encode(), r.timestamp)
 
 
-def _views(d: TopologyTestDriver) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for name in VIEW_NAMES:
-        rows: dict = {}
-        for rec in d.create_output_topic(name, Serdes.WindowedJSON(Serdes.String()), Serdes.JSON()).read_records_to_list():
-            k = (rec.key.key, rec.key.window.start, rec.key.window.end)
-            if rec.value is None:
-                rows.pop(k, None)
-            else:
-                rows[k] = rec.value
-        out[name] = rows
-    return out
-
-
 def _run(records: list[Any], bad_at: int | None = None, bad: Any = None) -> tuple[dict[str, dict], list[Any], int]:
     """Views, dead letters and dropped records of ``records`` with ``bad(d)`` piped before
     record ``bad_at``."""
@@ -57,7 +43,7 @@ def _run(records: list[Any], bad_at: int | None = None, bad: Any = None) -> tupl
                 bad(d)
             _pipe(d, r)
         dead = d.create_output_topic(DLQ_TOPIC, Serdes.Bytes(), Serdes.Bytes()).read_records_to_list()
-        return _views(d), dead, d.dropped_records()
+        return read_views(d), dead, d.dropped_records()
 
 
 @pytest.fixture(scope="module")

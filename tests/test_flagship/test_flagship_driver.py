@@ -15,7 +15,7 @@ from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 from speed_layer import Serdes
 from speed_layer.testing import TopologyTestDriver
 
-from .driver_kit import flights_driver
+from .driver_kit import flights_driver, read_views
 
 from . import reference
 
@@ -37,28 +37,13 @@ def _reference(records) -> dict[str, dict]:
     return reference.all_views(f)
 
 
-def _speed_views(d: TopologyTestDriver) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for name in VIEWS:
-        topic = d.create_output_topic(name, Serdes.WindowedJSON(Serdes.String()), Serdes.JSON())
-        rows: dict = {}
-        for rec in topic.read_records_to_list():
-            k = (rec.key.key, rec.key.window.start, rec.key.window.end)
-            if rec.value is None:
-                rows.pop(k, None)
-            else:
-                rows[k] = rec.value
-        out[name] = rows
-    return out
-
-
 def test_in_timestamp_order_every_view_equals_the_pandas_reference(records):
     d = _driver()
     inp = d.create_input_topic("flights", Serdes.String(), Serdes.String())
     for r in sorted(records, key=lambda r: r.timestamp):
         inp.pipe_input(r.key, json.dumps(r.value), r.timestamp)
     assert d.dropped_records() == 0
-    speed = _speed_views(d)
+    speed = read_views(d)
     ref = _reference(records)
     for name in VIEWS:
         assert speed[name] == ref[name], name
@@ -75,7 +60,7 @@ def test_in_departure_order_late_records_are_dropped_and_only_their_windows_diff
     for r in records:  # the order the flights actually left: delayed flights arrive late
         inp.pipe_input(r.key, json.dumps(r.value), r.timestamp)
     assert d.dropped_records() > 0
-    speed = _speed_views(d)
+    speed = read_views(d)
     ref = _reference(records)
     # windows of the hourly view: a difference is only possible where the reference has more
     diffs = {k for k in ref["departures_hourly"] if speed["departures_hourly"].get(k) != ref["departures_hourly"][k]}
