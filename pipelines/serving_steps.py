@@ -31,6 +31,11 @@ __all__ = [
 ]
 
 
+def _selected(pipeline: Pipeline, views: Iterable[str] | None) -> list[str]:
+    """``views`` as a list, or every view of ``pipeline`` when ``None``."""
+    return list(views) if views is not None else list(pipeline.view_names)
+
+
 def read_speed_views(pipeline: Pipeline, bootstrap: str, views: Iterable[str] | None = None,
                      timeout_s: float = 300.0) -> dict[str, pd.DataFrame]:
     """The speed layer's views: each view output topic read to its end.
@@ -42,14 +47,14 @@ def read_speed_views(pipeline: Pipeline, bootstrap: str, views: Iterable[str] | 
 
     specs = pipeline.view_specs
     return {v: read_view_topic(bootstrap, v, specs[v].windowed, timeout_s=timeout_s)
-            for v in (views if views is not None else pipeline.view_names)}
+            for v in _selected(pipeline, views)}
 
 
 def read_batch_views(pipeline: Pipeline, lake: str | Path, views: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
     """The batch views ``<lake>/views/<view>`` (delta-rs)."""
     from serving.views.batch import read_batch_view
 
-    return {v: read_batch_view(lake, v) for v in (views if views is not None else pipeline.view_names)}
+    return {v: read_batch_view(lake, v) for v in _selected(pipeline, views)}
 
 
 def publish_views(
@@ -64,7 +69,7 @@ def publish_views(
     from serving.views.batch import read_batch_watermark
     from serving.views.publish import publish
 
-    specs = [pipeline.view_specs[v] for v in (views if views is not None else pipeline.view_names)]
+    specs = [pipeline.view_specs[v] for v in _selected(pipeline, views)]
     return publish(lake, specs, batch_frames, speed_frames, read_batch_watermark(lake))
 
 
@@ -80,7 +85,7 @@ def run_checks(
     from serving.quality.suite import run_suite, save_result
     from serving.views.batch import read_batch_view
 
-    views = list(views if views is not None else pipeline.view_names)
+    views = _selected(pipeline, views)
     rep = reporter or NullReporter()
     rep.start("checks", len(views))
     out: dict[str, QualityResult] = {}
@@ -115,7 +120,7 @@ def compare_layers(
     late = list(late)
     reports: dict[str, AgreementReport] = {}
     excluded: dict[str, int] = {}
-    for view in (views if views is not None else pipeline.view_names):
+    for view in _selected(pipeline, views):
         spec = pipeline.view_specs[view]
         b, s = batch_frames.get(view), speed_frames.get(view)
         frames = [f for f in (b, s) if f is not None]
