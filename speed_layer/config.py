@@ -66,7 +66,10 @@ class StreamsConfig(BaseModel):
     auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", alias="auto.offset.reset")
     max_task_idle_ms: int = Field(0, alias="max.task.idle.ms", ge=-1)
     buffered_records_per_partition: int = Field(1000, alias="buffered.records.per.partition", ge=1)
-    replication_factor: int = Field(1, alias="replication.factor", ge=1)
+    #: Kafka's ``replication.factor`` of the internal topics (repartition, changelog):
+    #: -1 (Kafka's default since 3.0, KIP-733) takes the broker's
+    #: ``default.replication.factor``; otherwise at least 1
+    replication_factor: int = Field(-1, alias="replication.factor", ge=-1)
     session_timeout_ms: int = Field(10_000, alias="session.timeout.ms", ge=1)
     poll_ms: int = Field(100, alias="poll.ms", ge=0)
     #: Kafka's ``task.timeout.ms`` (KIP-572): the longest a task may stall on retriable
@@ -114,6 +117,13 @@ class StreamsConfig(BaseModel):
     def _kafka_extractor_names(cls, v: Any) -> Any:
         if isinstance(v, str):
             return _KAFKA_EXTRACTORS.get(v.rsplit(".", 1)[-1], v)
+        return v
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replication_factor(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("must be -1 (the broker's default.replication.factor) or at least 1")
         return v
 
     @field_validator("python_gc_thresholds", mode="before")

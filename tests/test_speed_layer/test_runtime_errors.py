@@ -151,6 +151,7 @@ def _topology() -> Topology:
         ({"commit.interval.millis": 100}, r"unknown config key.*commit\.interval\.millis.*known keys.*commit\.interval\.ms"),
         ({"processing.exception.handler": "dead_letter"}, r"processing\.exception\.handler=dead_letter requires errors\.dead\.letter\.queue\.topic\.name"),
         ({"bootstrap.servers": ""}, r"bootstrap\.servers must be set"),
+        ({"replication.factor": 0}, r"replication\.factor=0.*-1 \(the broker's default\.replication\.factor\) or at least 1"),
     ],
 )
 def test_config_errors_fail_at_construction(config: dict[str, Any], match: str) -> None:
