@@ -1,6 +1,7 @@
 """Thin helpers over confluent-kafka's ``AdminClient``: create/verify/delete topics, offsets.
 
-All timeouts are in seconds (``timeout_s``); offsets are Kafka offsets (ints).
+All timeouts are in seconds (``timeout_s``), except :class:`.task_timeout.TaskTimeout`'s (ms);
+offsets are Kafka offsets (ints).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from .task_timeout import NotYet, TaskTimeout, retriable_broker_error, retry_broker_call
 
 __all__ = [
     "TopicSpec",
@@ -67,12 +70,26 @@ def _partition_counts(admin: AdminClient, timeout_s: float) -> dict[str, tuple[i
     return out
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 30) -> None:
-    """Create the missing topics of ``specs`` and wait until metadata shows all of them.
+def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float = 30, *,
+                  timeouts: TaskTimeout | None = None) -> None:
+    """Create the missing topics of ``specs`` and wait until metadata shows all of them with
+    a leader for every partition.
 
     Existing topics are left as they are (their configs are not altered) but their partition
     count must match the spec, else :class:`TopicMismatchError` is raised (delete the topic
     or fix the spec). Idempotent; safe against a concurrent creator.
+
+    The metadata requests and the creation follow Kafka's timeout model
+    (:mod:`.task_timeout`): retriable errors (the broker unreachable, a request timing out,
+    the controller moving) and topics not ready yet are retried every ``retry.backoff.ms``
+    until ``task.timeout.ms``. ``timeouts``: those keys (``KafkaStreams.start`` passes its
+    config's); None: ``timeout_s`` seconds in all, 100 ms between retries, 5 s per request.
+
+    Raises:
+        TaskTimeoutException: the topics not ready within the timeout (at least one retry).
+        TopicMismatchError: an existing topic with another partition count.
+        TopicError: the broker refused to create a topic (non-retriable error).
+        StreamsException: a non-retriable error of a metadata request.
     """
     specs = list(specs)
     if not specs:
@@ -80,65 +97,58 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout_s: float =
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate topic names in {names}")
-    deadline = time.monotonic() + timeout_s
+    if timeouts is None:
+        timeouts = TaskTimeout(task_timeout_ms=int(timeout_s * 1000), retry_backoff_ms=100, max_block_ms=5000)
     admin = admin_client(bootstrap)
-    existing = _partition_counts(admin, timeout_s)
+    created: set[str] = set()
 
-    def check(spec: TopicSpec, actual: int) -> None:
-        if actual != spec.partitions:
-            raise TopicMismatchError(
-                f"topic {spec.name!r} exists with {actual} partitions, expected "
-                f"{spec.partitions}: delete it (or use a new name) to recreate it"
-            )
-
-    missing: list[TopicSpec] = []
-    for spec in specs:
-        if spec.name in existing:
-            check(spec, existing[spec.name][0])
-        else:
-            missing.append(spec)
-
-    if missing:
-        futures = admin.create_topics(
-            [
-                NewTopic(
-                    s.name,
-                    num_partitions=s.partitions,
-                    replication_factor=s.replication_factor,
-                    config={k: str(v) for k, v in s.config.items()},
-                )
-                for s in missing
-            ],
-            operation_timeout=max(1.0, timeout_s),
-            request_timeout=max(1.0, timeout_s),
-        )
-        for name, fut in futures.items():
-            try:
-                fut.result(timeout=max(0.1, deadline - time.monotonic()))
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    continue  # created concurrently: its partitions are verified below
-                raise TopicError(f"creating topic {name!r} failed: {exc}") from exc
-
-    # Wait until metadata shows every topic with leaders for all its partitions.
-    while True:
-        current = _partition_counts(admin, max(0.1, min(5.0, deadline - time.monotonic())))
-        pending = []
+    def attempt(request_s: float) -> None:
+        current = _partition_counts(admin, request_s)
         for spec in specs:
-            if spec.name not in current:
-                pending.append(spec.name)
-                continue
-            count, ready = current[spec.name]
-            if count >= spec.partitions:
-                check(spec, count)
-            if count != spec.partitions or not ready:
-                pending.append(spec.name)
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise TopicError(f"topics {pending} not ready after {timeout_s} s")
-        time.sleep(0.1)
+            count = current.get(spec.name, (0, False))[0]
+            # a topic this call created may show fewer partitions while it propagates
+            if spec.name in current and (count > spec.partitions or (count < spec.partitions and spec.name not in created)):
+                raise TopicMismatchError(
+                    f"topic {spec.name!r} exists with {count} partitions, expected "
+                    f"{spec.partitions}: delete it (or use a new name) to recreate it"
+                )
+        missing = [s for s in specs if s.name not in current and s.name not in created]
+        if missing:
+            _create_topics(admin, missing, request_s)
+            created.update(s.name for s in missing)
+        pending = [s.name for s in specs if current.get(s.name) != (s.partitions, True)]
+        if pending:
+            raise NotYet(f"topics {pending} not ready")
+
+    retry_broker_call(f"creating topics {names}", attempt, timeouts, hint="check the brokers")
+
+
+def _create_topics(admin: AdminClient, specs: list[TopicSpec], request_s: float) -> None:
+    """Ask for the creation of ``specs`` ("already exists": created concurrently, fine).
+
+    Raises:
+        KafkaException: a retriable error (retried by the caller's loop).
+        TopicError: a non-retriable error (e.g. an invalid replication factor or config).
+    """
+    futures = admin.create_topics(
+        [
+            NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
+                     config={k: str(v) for k, v in s.config.items()})
+            for s in specs
+        ],
+        operation_timeout=max(1.0, request_s),
+        request_timeout=max(1.0, request_s),
+    )
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=max(1.0, request_s) + 1)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue  # created concurrently: its partitions are verified by the caller
+            if retriable_broker_error(exc):
+                raise
+            raise TopicError(f"creating topic {name!r} failed: {exc}") from exc
 
 
 def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30) -> None:

@@ -28,6 +28,8 @@ from ..state.factories import build_store
 from ..topology import Topology
 from .restore import StateDirectory, read_checkpoint, write_checkpoint
 from .task import Metrics, RawRecord, RecordCollector, StreamTask
+from .task_timeout import TaskTimeout, topic_partition_count
+from .task_timeout import watermarks as partition_watermarks
 
 log = logging.getLogger("speed_layer.global")
 
@@ -95,22 +97,27 @@ class GlobalStateUpdater(threading.Thread):
     def bootstrap(self, timeout_s: float = 600.0) -> None:
         """Read every global topic partition to its current end, then init processors.
 
+        The partitions and end offsets of the global topics are asked under Kafka's timeout
+        model (:mod:`.task_timeout`, Kafka's ``GlobalStateManagerImpl#retryUntilSuccessOrThrowOnTaskTimeout``):
+        retriable errors, and a topic not in the metadata yet, are retried every
+        ``retry.backoff.ms`` until ``task.timeout.ms``.
+
         Raises:
-            StreamsException: if a global topic is missing or the end is not reached in
-                ``timeout_s`` seconds.
+            TaskTimeoutException: the metadata or end offsets of a global topic not
+                available within ``task.timeout.ms`` (``start()`` fails with it).
+            StreamsException: a non-retriable broker error, a checkpoint outside the
+                topic's offsets, or the end not reached in ``timeout_s`` seconds.
         """
         if self.consumer is None:
             self.bootstrapped.set()
             return
         assignment: list[TopicPartition] = []
         ends: dict[tuple[str, int], int] = {}
-        md = self.consumer.list_topics(timeout=10)
+        timeouts = TaskTimeout.of(self.config)
         for topic in self.tasks:
-            meta = md.topics.get(topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise StreamsException(f"Missing global source topic {topic}: create it before starting the application")
-            for p in meta.partitions:
-                lo, hi = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            count = topic_partition_count(self.consumer, topic, timeouts, what=f"Partitions of global topic {topic} (global store bootstrap)")
+            for p in range(count):
+                lo, hi = partition_watermarks(self.consumer, topic, p, timeouts, "global store bootstrap")
                 start = self.offsets.get((topic, p), lo)
                 if start < lo or start > hi:
                     raise StreamsException(f"global checkpoint offset {start} of {topic}-{p} outside [{lo}, {hi}]: run cleanup() and restart")

@@ -50,6 +50,7 @@ from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, desc
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
 from .standby import StandbyUpdater
+from .task_timeout import TaskTimeout, retry_broker_call
 from .stream_thread import StreamThread, ThreadContext, ThreadHooks
 
 log = logging.getLogger("speed_layer.streams")
@@ -282,9 +283,18 @@ class KafkaStreams:
     def start(self) -> None:
         """Create internal topics, bootstrap global stores and start the stream threads.
 
+        The broker calls of the start (the metadata of the topology's topics, creating the
+        internal topics, the global stores' partitions and end offsets) follow Kafka's
+        timeout model (:mod:`.task_timeout`): retriable errors are retried every
+        ``retry.backoff.ms`` until ``task.timeout.ms``.
+
         Raises:
-            StreamsException: if already started, a topic cannot be created, or the state
-                directory is used by another instance.
+            TaskTimeoutException: a broker call of the start kept failing with retriable
+                errors (e.g. the brokers unreachable) for ``task.timeout.ms``; the message
+                names the call.
+            StreamsException: if already started, a topic cannot be created, a broker call
+                fails with a non-retriable error, or the state directory is used by another
+                instance.
             TopologyException: missing source topics or co-partitioned topics with
                 different partition counts (Kafka's CopartitionedTopicsEnforcer).
         """
@@ -305,8 +315,10 @@ class KafkaStreams:
         self._gc_tuned = gc_tuning.acquire(cfg.python_gc_thresholds)
         self.process_id = self.state_directory.process_id()
         self._started_at = time.monotonic()
+        timeouts = TaskTimeout.of(cfg)
         admin = admin_client(cfg.bootstrap_servers, self.client_overrides("admin."))
-        md = admin.list_topics(timeout=30)
+        md = retry_broker_call("metadata of the topology's topics (KafkaStreams.start)",
+                               lambda request_s: admin.list_topics(timeout=request_s), timeouts, hint="check the brokers")
 
         def count(t: str) -> int | None:
             meta = md.topics.get(t)
@@ -330,7 +342,7 @@ class KafkaStreams:
         for t in sinks:
             self.partition_counts.set(t, count(t))  # type: ignore[arg-type]
         try:
-            ensure_topics(cfg.bootstrap_servers, self.plan.topic_specs(cfg.replication_factor))
+            ensure_topics(cfg.bootstrap_servers, self.plan.topic_specs(cfg.replication_factor), timeouts=timeouts)
         except TopicError as exc:
             raise StreamsException(f"cannot create the internal topics: {exc}") from exc
         for t, n in self.plan.partitions.items():

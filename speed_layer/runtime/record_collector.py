@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from ..errors import StreamsException, TaskTimeoutException
+from ..errors import StreamsException
 from .partitioning import RoundRobin, partition_for_key
+from .task_timeout import TaskTimeout, topic_partition_count
 
 log = logging.getLogger("speed_layer.collector")
 
@@ -29,39 +29,18 @@ POLL_EVERY_SENDS = 500
 __all__ = ["KafkaRecordCollector", "PartitionCounts"]
 
 
-#: librdkafka error codes a metadata request is retried on (besides ``KafkaError.retriable()``):
-#: the broker is unreachable or restarting, or the topic's metadata is still propagating
-_RETRIABLE_METADATA_ERRORS = frozenset(
-    getattr(KafkaError, name)
-    for name in ("_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_WAIT_COORD", "_UNKNOWN_TOPIC",
-                 "_UNKNOWN_PARTITION", "_NODE_UPDATE", "_DESTROY_BROKER", "LEADER_NOT_AVAILABLE",
-                 "NOT_LEADER_FOR_PARTITION", "UNKNOWN_TOPIC_OR_PART", "REQUEST_TIMED_OUT", "BROKER_NOT_AVAILABLE",
-                 "REPLICA_NOT_AVAILABLE", "NETWORK_EXCEPTION", "UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH")
-    if hasattr(KafkaError, name)
-)
-
-
-def retriable_broker_error(exc: BaseException) -> bool:
-    """Whether ``exc`` (a ``KafkaException``) is an error Kafka's clients retry: transport
-    errors and timeouts, leader not available, unknown topic while metadata propagates."""
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    if not isinstance(err, KafkaError):
-        return False
-    return err.code() in _RETRIABLE_METADATA_ERRORS or bool(err.retriable())
-
-
 class PartitionCounts:
     """Partition counts of topics from metadata, cached (shared by the threads of one
     instance). Topics of a running application do not change partition counts.
 
     The instance seeds the counts of the topics it knows at start-up (sources, internal
     topics, sinks named in the topology); only topics named by a topic extractor are looked
-    up on their first send, with Kafka's timeout model (KIP-572): a retriable error (the
-    broker unreachable or restarting, leader not available, the topic unknown while its
-    metadata propagates) is retried every ``retry_backoff_ms`` until ``task_timeout_ms``
-    passed, then :class:`TaskTimeoutException` is raised (``task_timeout_ms`` 0: at the
-    first error). One metadata request waits at most ``max_block_ms`` (Kafka's producer
-    blocks in ``partitionsFor`` up to ``max.block.ms``).
+    up on their first send, with Kafka's timeout model (KIP-572, :mod:`.task_timeout`): a
+    retriable error (the broker unreachable or restarting, leader not available, the topic
+    unknown while its metadata propagates) is retried every ``retry_backoff_ms`` until
+    ``task_timeout_ms`` passed, then :class:`TaskTimeoutException` is raised
+    (``task_timeout_ms`` 0: at the first error). One metadata request waits at most
+    ``max_block_ms`` (Kafka's producer blocks in ``partitionsFor`` up to ``max.block.ms``).
     """
 
     def __init__(self, bootstrap: str, known: dict[str, int] | None = None, *, task_timeout_ms: int = 300_000,
@@ -69,9 +48,19 @@ class PartitionCounts:
         self._bootstrap = bootstrap
         self._counts: dict[str, int] = dict(known or {})
         self._lock = threading.Lock()
-        self.task_timeout_ms = task_timeout_ms
-        self.retry_backoff_ms = retry_backoff_ms
-        self.max_block_ms = max_block_ms
+        self.timeouts = TaskTimeout(task_timeout_ms, retry_backoff_ms, max_block_ms)
+
+    @property
+    def task_timeout_ms(self) -> int:
+        return self.timeouts.task_timeout_ms
+
+    @property
+    def retry_backoff_ms(self) -> int:
+        return self.timeouts.retry_backoff_ms
+
+    @property
+    def max_block_ms(self) -> int:
+        return self.timeouts.max_block_ms
 
     def set(self, topic: str, n: int) -> None:
         with self._lock:
@@ -95,39 +84,9 @@ class PartitionCounts:
         n = self._counts.get(topic)
         if n is not None:
             return n
-        request_s = self.max_block_ms / 1000 if timeout_s is None else timeout_s
-        task_timeout_s = self.task_timeout_ms / 1000
-        started = time.monotonic()
-        deadline = started + task_timeout_s
-        attempts = 0
-        while True:
-            attempts += 1
-            cause: BaseException | None = None
-            try:
-                remaining = deadline - time.monotonic()
-                md = client.list_topics(topic, timeout=max(0.1, min(request_s, remaining)))
-                t = md.topics.get(topic)
-                if t is not None and t.error is None and t.partitions:
-                    self.set(topic, len(t.partitions))
-                    return len(t.partitions)
-                if t is not None and t.error is not None and not (t.error.code() in _RETRIABLE_METADATA_ERRORS or t.error.retriable()):
-                    raise StreamsException(f"metadata of topic {topic}: {t.error.str()} ({t.error.name()})")
-                reason = f"{t.error.name()}" if t is not None and t.error is not None else "not present in metadata"
-            except KafkaException as exc:
-                if not retriable_broker_error(exc):
-                    raise StreamsException(f"cannot get the metadata of topic {topic}: {exc}") from exc
-                cause, reason = exc, str(exc.args[0].str() if exc.args else exc)
-            now = time.monotonic()
-            # KIP-572: 0 fails at the first error; above 0, at least one retry first
-            if self.task_timeout_ms == 0 or (now >= deadline and attempts > 1):
-                raise TaskTimeoutException(
-                    f"Partition count of topic {topic} not available within {int((now - started) * 1000)} ms "
-                    f"({attempts} attempt(s), last: {reason}): create the topic or check the brokers; "
-                    f"adjust `task.timeout.ms` ({self.task_timeout_ms}) if needed"
-                ) from cause
-            log.warning("metadata of topic %s: %s: retrying in %d ms (%.1f s of task.timeout.ms left)",
-                        topic, reason, self.retry_backoff_ms, max(0.0, deadline - now))
-            time.sleep(min(self.retry_backoff_ms / 1000, max(0.0, deadline - now)) if now < deadline else self.retry_backoff_ms / 1000)
+        n = topic_partition_count(client, topic, self.timeouts, request_s=timeout_s)
+        self.set(topic, n)
+        return n
 
 
 class KafkaRecordCollector:

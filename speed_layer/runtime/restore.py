@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from ..errors import StreamsException
+from .task_timeout import TaskTimeout
+from .task_timeout import watermarks as partition_watermarks
 
 log = logging.getLogger("speed_layer.restore")
 
@@ -40,8 +42,6 @@ __all__ = [
 ]
 
 CHECKPOINT_FILE = ".checkpoint"
-_RETRY_CODES = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 TP = tuple[str, int]
 
 
@@ -180,29 +180,27 @@ class ChangelogRestorer:
     """Replays changelog partitions with a dedicated consumer (Kafka's restore consumer:
     assigned partitions, no group, ``read_committed`` under exactly-once)."""
 
-    def __init__(self, consumer_config: dict[str, Any]) -> None:
+    def __init__(self, consumer_config: dict[str, Any], timeouts: TaskTimeout | None = None) -> None:
+        """``timeouts``: the config's ``task.timeout.ms``, ``retry.backoff.ms`` and
+        ``max.block.ms`` (:meth:`TaskTimeout.of`); default Kafka's defaults."""
         conf = dict(consumer_config)
         conf.update({"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         conf.setdefault("group.id", f"restore-{uuid.uuid4().hex}")  # never joins, never commits
         self.consumer = Consumer(conf)
+        self.timeouts = timeouts or TaskTimeout()
 
-    def watermarks(self, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, int]:
-        """``(low, high)`` offsets of a partition.
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(low, high)`` offsets of a changelog partition, under Kafka's timeout model
+        (retriable errors, e.g. a new topic's leader not known yet, are retried every
+        ``retry.backoff.ms`` until ``task.timeout.ms``: Kafka's ``StoreChangelogReader``
+        hands its offset look-up's timeouts to ``AbstractTask#maybeInitTaskTimeoutOrThrow``).
 
         Raises:
-            StreamsException: if the broker does not answer within ``timeout_s`` seconds.
+            TaskTimeoutException: not answered within ``task.timeout.ms`` (the stream thread
+                dies of it and the uncaught exception handler runs).
+            StreamsException: a non-retriable error, at once.
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                lo, hi = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=max(0.5, deadline - time.monotonic()))
-                return int(lo), int(hi)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                # a new topic's leader may not be known yet (NOT_LEADER_FOR_PARTITION...): retry
-                if time.monotonic() >= deadline or not (isinstance(err, KafkaError) and (err.retriable() or err.code() in _RETRY_CODES)):
-                    raise StreamsException(f"cannot read the offsets of {topic}-{partition}: {exc}") from exc
-                time.sleep(0.1)
+        return partition_watermarks(self.consumer, topic, partition, self.timeouts, "restore")
 
     def restore(self, entries: list[RestoreEntry], timeout_s: float = 600.0) -> None:
         """Replay every entry up to its end offset (end-of-partition also ends it: the last

@@ -40,6 +40,8 @@ from ..errors import StreamsException
 from ..state.factories import build_store
 from .metadata import describe_members, standby_assignment
 from .restore import read_checkpoint, write_checkpoint
+from .task_timeout import TaskTimeout
+from .task_timeout import watermarks as partition_watermarks
 
 if TYPE_CHECKING:
     from .kafka_streams import KafkaStreams
@@ -212,8 +214,15 @@ class StandbyUpdater(threading.Thread):
             if self._to_unassign:
                 consumer.incremental_unassign([TopicPartition(t, p) for t, p in self._to_unassign])
                 self._to_unassign.clear()
-            for tid in sorted(wanted - set(self._tasks)):
-                task = self._open(tid, consumer)
+            new = sorted(wanted - set(self._tasks))
+        # outside the lock: the look-ups may retry for task.timeout.ms, and a stream thread
+        # claiming a task (in its rebalance callback) must not wait for them
+        marks = {tid: self._watermarks(tid, consumer) for tid in new}
+        with self._lock:
+            for tid in new:
+                if tid in self._claimed or tid in self._tasks:
+                    continue  # claimed by a stream thread meanwhile
+                task = self._open(tid, consumer, marks[tid])
                 if task is not None:
                     self._tasks[tid] = task
                     consumer.incremental_assign([TopicPartition(t, p, off if off >= 0 else OFFSET_BEGINNING)
@@ -229,7 +238,29 @@ class StandbyUpdater(threading.Thread):
                 out.append(name)
         return out
 
-    def _open(self, task_id: str, consumer: Consumer) -> _StandbyTask | None:
+    def _changelogs(self, task_id: str) -> dict[str, TP]:
+        """Store name -> the changelog partition of ``task_id`` it restores."""
+        partition = int(task_id.split("_")[1])
+        return {name: (self.topology.stores[name].changelog_topic(self.config.application_id), partition)
+                for name in self._logged_stores(task_id)}
+
+    def _watermarks(self, task_id: str, consumer: Consumer) -> dict[TP, tuple[int, int]]:
+        """``(low, high)`` offsets of the changelog partitions of ``task_id``, under Kafka's
+        timeout model (a standby task's offset look-ups time out as an active task's,
+        ``AbstractTask#maybeInitTaskTimeoutOrThrow``).
+
+        Raises:
+            TaskTimeoutException: not answered within ``task.timeout.ms`` (the updater dies
+                of it and the uncaught exception handler runs).
+            StreamsException: a non-retriable error, at once.
+        """
+        timeouts = TaskTimeout.of(self.config)
+        return {tp: partition_watermarks(consumer, tp[0], tp[1], timeouts, f"standby task {task_id}")
+                for tp in self._changelogs(task_id).values()}
+
+    def _open(self, task_id: str, consumer: Consumer, watermarks: dict[TP, tuple[int, int]]) -> _StandbyTask | None:
+        """Open the standby task ``task_id`` from its checkpoint, given its changelogs'
+        ``watermarks`` (:meth:`_watermarks`); None while an active task holds its directory."""
         state = self.streams.state_directory
         try:
             lock = state.lock_task(task_id, timeout_s=0.05)
@@ -237,13 +268,7 @@ class StandbyUpdater(threading.Thread):
             return None  # an active task of this instance holds it (mid-handover): next refresh
         try:
             task_dir = state.task_dir(task_id)
-            partition = int(task_id.split("_")[1])
-            tps = {name: (self.topology.stores[name].changelog_topic(self.config.application_id), partition)
-                   for name in self._logged_stores(task_id)}
-            watermarks = {}
-            for tp in tps.values():
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
-                watermarks[tp] = (int(lo), int(hi))
+            tps = self._changelogs(task_id)
             checkpoint = read_checkpoint(task_dir)
             valid = checkpoint is not None and all(watermarks[tp][0] <= checkpoint[tp] <= watermarks[tp][1]
                                                    for tp in tps.values() if tp in checkpoint)

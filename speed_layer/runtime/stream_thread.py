@@ -49,6 +49,7 @@ from .restore import ChangelogRestorer
 from .task import Metrics
 from .task_executor import TaskExecutor
 from .task_manager import TaskManager
+from .task_timeout import TaskTimeout
 
 if TYPE_CHECKING:
     from ..config import StreamsConfig
@@ -283,7 +284,7 @@ class StreamThread(threading.Thread):
         self._new_producer()
         rconf = s.consumer_config(client_id=f"{client_id}-restore-consumer")
         rconf.update(s.client_overrides("consumer."))
-        self.restorer = ChangelogRestorer(rconf)
+        self.restorer = ChangelogRestorer(rconf, TaskTimeout.of(self.config))
 
     def _new_producer(self) -> None:
         """Create the thread's producer and record collector (exactly-once: a transactional

@@ -7,11 +7,23 @@ KIP-572: 0 fails at the first error, above 0 at least one retry). ``KafkaStreams
 seeds the partition counts of the sink topics named in the topology, so the first send
 after a broker restart needs no metadata request; topics named by a topic extractor stay
 lazy. The timeout keys are validated under Kafka's names and passed to the clients.
+
+The other broker calls of the runtime follow the same model through one helper
+(``speed_layer.runtime.task_timeout.retry_broker_call``): ``KafkaStreams.start``'s metadata
+of the topology's topics and its creation of the internal topics (``ensure_topics``), the
+global stores' bootstrap (partitions and end offsets: Kafka's
+``GlobalStateManagerImpl#retryUntilSuccessOrThrowOnTaskTimeout``), the end offsets of a
+changelog to restore (``StoreChangelogReader`` -> ``maybeInitTaskTimeoutOrThrow``) and of a
+standby task's changelogs. In ``start()`` the timeout fails ``start()`` naming the call; on a
+stream thread (or the standby updater) it goes to the uncaught exception handler.
 """
 from __future__ import annotations
 
+import re
 import socket
+import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +32,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from speed_layer import KafkaStreams, StreamsBuilder, StreamsConfig
 from speed_layer.errors import ConfigException, StreamsException, TaskTimeoutException
+from speed_layer.runtime.admin import TopicSpec, ensure_topics
+from speed_layer.runtime.global_state import GlobalStateUpdater
 from speed_layer.runtime.record_collector import PartitionCounts
+from speed_layer.runtime.restore import ChangelogRestorer, StateDirectory
+from speed_layer.runtime.standby import StandbyUpdater
+from speed_layer.runtime.task_timeout import TaskTimeout
 
 
 def _closed_port() -> str:
@@ -182,3 +199,146 @@ def test_sink_partition_counts_are_seeded_at_start_up(runtime_kit: Any) -> None:
         assert len(kit.read(t["out"])) == 2
     finally:
         streams.close(30)
+
+
+# -------------------------------------------------------------- the other broker calls (issue 25, item 3)
+#: at least two attempts: "(2 attempt(s)", "(13 attempt(s)"...
+RETRIED = r"\((?:[2-9]|\d{2,}) attempt\(s\)"
+
+
+def _global_topology(topic: str = "table") -> Any:
+    b = StreamsBuilder()
+    b.global_table(topic)
+    b.stream("in").to("out")
+    return b.build()
+
+
+def _global_updater(bootstrap: str, tmp: Path, topic: str, task_timeout_ms: int) -> GlobalStateUpdater:
+    cfg = StreamsConfig.of({"application.id": "global-timeouts", "bootstrap.servers": bootstrap,
+                            "task.timeout.ms": task_timeout_ms, "retry.backoff.ms": 50})
+    return GlobalStateUpdater(_global_topology(topic), cfg, StateDirectory(tmp, "global-timeouts"),
+                              {"bootstrap.servers": bootstrap, "log_level": 0}, lambda: None, lambda exc: None)  # type: ignore[arg-type,return-value]
+
+
+def test_start_of_a_global_store_topology_with_an_unreachable_broker_fails_after_task_timeout_ms(tmp_path: Path) -> None:
+    streams = KafkaStreams(_global_topology(), {"application.id": "unreachable", "bootstrap.servers": _closed_port(),
+                                                "state.dir": str(tmp_path), "task.timeout.ms": 2000})
+    started = time.monotonic()
+    with pytest.raises(TaskTimeoutException, match=r"KafkaStreams\.start") as info:
+        streams.start()
+    elapsed = time.monotonic() - started
+    assert 1.9 <= elapsed < 8, elapsed
+    assert re.search(r"task\.timeout\.ms` \(2000\)", str(info.value)) and re.search(RETRIED, str(info.value)), info.value
+    assert isinstance(info.value.__cause__, KafkaException)
+    assert streams.state == "ERROR"
+
+
+def test_start_with_task_timeout_zero_fails_at_the_first_error(tmp_path: Path) -> None:
+    streams = KafkaStreams(_global_topology(), {"application.id": "unreachable", "bootstrap.servers": _closed_port(),
+                                                "state.dir": str(tmp_path), "task.timeout.ms": 0})
+    started = time.monotonic()
+    with pytest.raises(TaskTimeoutException, match=r"\(1 attempt\(s\).*retrying is disabled.*task\.timeout\.ms"):
+        streams.start()
+    assert time.monotonic() - started < 2
+
+
+def test_global_store_bootstrap_retries_until_task_timeout_ms(tmp_path: Path) -> None:
+    updater = _global_updater(_closed_port(), tmp_path, "table", 2000)
+    started = time.monotonic()
+    try:
+        with pytest.raises(TaskTimeoutException, match=r"global topic table \(global store bootstrap\)") as info:
+            updater.bootstrap()
+    finally:
+        updater.shutdown(5)
+    assert 1.9 <= time.monotonic() - started < 8
+    assert re.search(RETRIED, str(info.value)) and "task.timeout.ms" in str(info.value)
+
+
+def test_restore_watermarks_retry_until_task_timeout_ms() -> None:
+    restorer = ChangelogRestorer({"bootstrap.servers": _closed_port(), "log_level": 0}, TaskTimeout(2000, 50, 60_000))
+    started = time.monotonic()
+    try:
+        with pytest.raises(TaskTimeoutException, match=r"watermarks of app-store-changelog-3 \(restore\)") as info:
+            restorer.watermarks("app-store-changelog", 3)
+    finally:
+        restorer.close()
+    assert 1.9 <= time.monotonic() - started < 8
+    assert re.search(RETRIED, str(info.value))
+
+
+class _ScriptedOffsets:
+    """A consumer answering ``get_watermark_offsets`` from a script (exceptions raised)."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers, self.calls = list(answers), 0
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> Any:
+        self.calls += 1
+        a = self.answers.pop(0)
+        if isinstance(a, BaseException):
+            raise a
+        return a
+
+
+def test_standby_watermarks_retry_retriable_errors() -> None:
+    consumer = _ScriptedOffsets(KafkaException(KafkaError(KafkaError._TRANSPORT)),
+                                KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)), (0, 7))
+    standby = SimpleNamespace(config=StreamsConfig.of({"task.timeout.ms": 10_000, "retry.backoff.ms": 10}),
+                              _changelogs=lambda task_id: {"store": ("app-store-changelog", 1)})
+    assert StandbyUpdater._watermarks(standby, "0_1", consumer) == {("app-store-changelog", 1): (0, 7)}  # type: ignore[arg-type]
+    assert consumer.calls == 3
+    failing = _ScriptedOffsets(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    with pytest.raises(StreamsException, match=r"standby task 0_1.*TOPIC_AUTHORIZATION_FAILED") as info:
+        StandbyUpdater._watermarks(standby, "0_1", failing)  # type: ignore[arg-type]
+    assert not isinstance(info.value, TaskTimeoutException) and failing.calls == 1
+
+
+def test_creating_topics_with_an_unreachable_broker_times_out() -> None:
+    started = time.monotonic()
+    with pytest.raises(TaskTimeoutException, match=r"creating topics \['t1'\]") as info:
+        ensure_topics(_closed_port(), [TopicSpec("t1", 1)], timeouts=TaskTimeout(2000, 50, 60_000))
+    assert 1.9 <= time.monotonic() - started < 8
+    assert re.search(RETRIED, str(info.value))
+
+
+# -------------------------------------------------------------- slow-to-appear topics (real broker)
+def _create_later(bootstrap: str, topic: str, delay_s: float) -> threading.Thread:
+    def create() -> None:
+        time.sleep(delay_s)
+        ensure_topics(bootstrap, [TopicSpec(topic, 2)])
+        p = Producer({"bootstrap.servers": bootstrap})
+        p.produce(topic, key=b"k", value=b'"v"', partition=1)
+        p.flush(10)
+
+    t = threading.Thread(target=create, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.broker
+def test_a_global_topic_appearing_within_task_timeout_ms_is_bootstrapped(kafka_bootstrap: str, unique_name: str,
+                                                                         tmp_path: Path) -> None:
+    topic = f"{unique_name}-table"
+    creator = _create_later(kafka_bootstrap, topic, 1.5)
+    updater = _global_updater(kafka_bootstrap, tmp_path, topic, 15_000)
+    started = time.monotonic()
+    try:
+        updater.bootstrap()  # Kafka: partitionsFor times out while the topic is missing: retried
+        assert updater.bootstrapped.is_set()
+        assert time.monotonic() - started >= 1.4
+    finally:
+        creator.join(10)
+        updater.shutdown(5)
+
+
+@pytest.mark.broker
+def test_restore_watermarks_of_a_changelog_appearing_within_task_timeout_ms(kafka_bootstrap: str, unique_name: str) -> None:
+    topic = f"{unique_name}-changelog"
+    creator = _create_later(kafka_bootstrap, topic, 1.0)
+    restorer = ChangelogRestorer({"bootstrap.servers": kafka_bootstrap}, TaskTimeout(15_000, 50, 60_000))
+    try:
+        lo, hi = restorer.watermarks(topic, 1)
+        assert lo == 0 and hi in (0, 1)
+    finally:
+        creator.join(10)
+        restorer.close()
