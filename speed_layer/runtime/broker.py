@@ -1,4 +1,4 @@
-"""An embedded single-node Apache Kafka (KRaft broker + controller) started from the jars.
+"""An embedded Apache Kafka node (KRaft broker + controller) started from the jars.
 
 ``make setup`` copies Apache Kafka 4.1.1's jars into ``<duet_home>/jars/kafka``;
 :class:`EmbeddedKafka` formats a KRaft log dir in a work folder, starts ``kafka.Kafka`` on
@@ -7,6 +7,8 @@ free loopback ports and waits until the broker answers a metadata request.
 
 The broker is configured for a single node holding 2013 data: replication factors 1,
 ``log.retention.ms=-1``, no topic auto-creation, ``group.initial.rebalance.delay.ms=0``.
+:class:`~speed_layer.runtime.cluster.EmbeddedKafkaCluster` runs several such nodes as one
+cluster (replication factor 3, ``min.insync.replicas`` 2).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -64,6 +67,37 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (each may be taken by someone else before use)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = _free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+@dataclass(frozen=True)
+class _Quorum:
+    """The KRaft controller quorum a node belongs to: node id -> controller port, cluster id."""
+
+    controller_ports: dict[int, int]
+    cluster_id: str
+
+    @property
+    def voters(self) -> str:
+        """``controller.quorum.voters``: ``1@127.0.0.1:<port>,2@...``."""
+        return ",".join(f"{n}@127.0.0.1:{p}" for n, p in sorted(self.controller_ports.items()))
+
+    @property
+    def replication_factor(self) -> int:
+        return min(3, len(self.controller_ports))
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return min(2, len(self.controller_ports))
 
 
 def _port_in_use(port: int) -> bool:
@@ -135,7 +169,9 @@ class EmbeddedKafka:
         jars_dir: Path | None = None,
         extra_properties: dict[str, str] | None = None,
         java: str = "java",
+        node_id: int = 1,
     ) -> None:
+        self.node_id = node_id
         self._work_dir_arg = Path(work_dir) if work_dir is not None else None
         self._work_dir: Path | None = None
         self._owns_work_dir = False
@@ -148,6 +184,7 @@ class EmbeddedKafka:
         self._lock = threading.Lock()
         self._ports: tuple[int, ...] = ()
         self._launcher_done: threading.Event | None = None
+        self._cluster_id = ""
         #: Exit code of the last stopped JVM (143 after SIGTERM, -9 when it had to be killed).
         self.last_exit_code: int | None = None
 
@@ -204,27 +241,28 @@ class EmbeddedKafka:
             classpath,
         ]
 
-    def _properties(self, port: int, controller_port: int, data_dir: Path) -> dict[str, str]:
+    def _properties(self, port: int, controller_port: int, data_dir: Path, quorum: _Quorum) -> dict[str, str]:
+        replicas, min_isr = str(quorum.replication_factor), str(quorum.min_insync_replicas)
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": quorum.voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(data_dir),
-            # Single node: every internal topic with replication factor 1.
-            "offsets.topic.replication.factor": "1",
+            # One node: replication factor 1; three or more: 3 with min.insync.replicas 2.
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "8",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
             # Fast groups in tests; clients may use short session timeouts.
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",
@@ -258,13 +296,7 @@ class EmbeddedKafka:
             if self._proc is not None:
                 return self.bootstrap_servers
             classpath = self._classpath()
-            if self._work_dir_arg is not None:
-                self._work_dir = self._work_dir_arg
-                self._work_dir.mkdir(parents=True, exist_ok=True)
-                self._owns_work_dir = False
-            else:
-                self._work_dir = Path(tempfile.mkdtemp(prefix="duet-kafka-"))
-                self._owns_work_dir = True
+            self._prepare_work_dir()
             deadline = time.monotonic() + timeout_s
             attempts = 3  # a picked port may be taken by someone else before the JVM binds it
             for attempt in range(attempts):
@@ -287,37 +319,60 @@ class EmbeddedKafka:
             return self.bootstrap_servers
 
     def _start_once(self, classpath: str, deadline: float) -> None:
+        port, controller_port = _free_ports(2)
+        quorum = _Quorum({self.node_id: controller_port}, _kafka_uuid())
+        self._configure(port, controller_port, quorum)
+        self._format_log_dir(classpath, deadline)
+        self._launch_broker(classpath)
+        self._wait_ready(f"127.0.0.1:{port}", deadline, {self.node_id})
+        self._bootstrap = f"127.0.0.1:{port}"
+
+    def _prepare_work_dir(self) -> None:
+        if self._work_dir_arg is not None:
+            self._work_dir = self._work_dir_arg
+            self._work_dir.mkdir(parents=True, exist_ok=True)
+            self._owns_work_dir = False
+        else:
+            self._work_dir = Path(tempfile.mkdtemp(prefix="duet-kafka-"))
+            self._owns_work_dir = True
+
+    def _configure(self, port: int, controller_port: int, quorum: _Quorum) -> None:
+        """Write ``log4j2.properties`` and ``server.properties`` for a fresh (empty) log dir."""
         assert self._work_dir is not None
         work = self._work_dir
         data_dir = work / "data"
         if data_dir.exists():
             shutil.rmtree(data_dir)  # a fresh cluster each start (ports change)
-        log4j = work / "log4j2.properties"
-        log4j.write_text(_LOG4J2)
-        port, controller_port = _free_port(), _free_port()
-        while controller_port == port:
-            controller_port = _free_port()
+        (work / "log4j2.properties").write_text(_LOG4J2)
         self._ports = (port, controller_port)
-        props = self._properties(port, controller_port, data_dir)
-        config = work / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        log_path = work / "broker.log"
+        self._cluster_id = quorum.cluster_id
+        props = self._properties(port, controller_port, data_dir, quorum)
+        (work / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
+    def _format_log_dir(self, classpath: str, deadline: float) -> None:
+        """Format the KRaft log dir with the configured cluster id.
+
+        Raises:
+            BrokerStartError: the format tool failed or timed out (its output in the message).
+        """
+        assert self._work_dir is not None
+        work = self._work_dir
         try:
-            fmt = self._format(classpath, log4j, config, deadline)
+            fmt = self._format(classpath, work / "log4j2.properties", work / "server.properties", deadline)
         except subprocess.TimeoutExpired as exc:
             raise BrokerStartError("formatting the KRaft log dir timed out") from exc
         if fmt.returncode != 0:
             out = fmt.stdout.decode(errors="replace")
-            log_path.write_text(out)
+            (work / "broker.log").write_text(out)
             raise BrokerStartError(f"formatting the KRaft log dir failed:\n{out[-4000:]}")
 
+    def _launch_broker(self, classpath: str) -> None:
+        assert self._work_dir is not None
+        work = self._work_dir
         self._proc = self._launch(
-            [*self._jvm(classpath, log4j, self.heap), "kafka.Kafka", str(config)], work, log_path
+            [*self._jvm(classpath, work / "log4j2.properties", self.heap), "kafka.Kafka", str(work / "server.properties")],
+            work, work / "broker.log",
         )
-        bootstrap = f"127.0.0.1:{port}"
-        self._wait_ready(bootstrap, deadline, log_path)
-        self._bootstrap = bootstrap
 
     def _format(
         self, classpath: str, log4j: Path, config: Path, deadline: float
@@ -330,7 +385,7 @@ class EmbeddedKafka:
                 "kafka.tools.StorageTool",
                 "format",
                 "-t",
-                _kafka_uuid(),
+                self._cluster_id,
                 "-c",
                 str(config),
             ],
@@ -378,8 +433,15 @@ class EmbeddedKafka:
         self._launcher_done = done
         return result[0]
 
-    def _wait_ready(self, bootstrap: str, deadline: float, log_path: Path) -> None:
-        assert self._proc is not None
+    def _wait_ready(self, bootstrap: str, deadline: float, brokers: set[int]) -> None:
+        """Wait until ``bootstrap`` answers a metadata request listing every node of ``brokers``
+        (a restarted node of a cluster is listed once the controller unfenced it).
+
+        Raises:
+            BrokerStartError: the JVM exited or ``deadline`` (``time.monotonic()``) passed.
+        """
+        assert self._proc is not None and self._work_dir is not None
+        log_path = self._work_dir / "broker.log"
         host, port = bootstrap.rsplit(":", 1)
 
         def fail(why: str) -> BrokerStartError:
@@ -408,7 +470,7 @@ class EmbeddedKafka:
                 raise fail(f"the broker at {bootstrap} did not answer in time")
             try:
                 md = admin.list_topics(timeout=min(2.0, max(0.1, remaining)))
-                if md.brokers:
+                if brokers <= set(md.brokers):
                     return
             except Exception:  # KafkaException: not ready yet
                 pass
@@ -450,8 +512,24 @@ class EmbeddedKafka:
         with self._lock:
             self._kill()
 
+    def terminate(self, timeout_s: float = 30) -> None:
+        """Shut the broker down cleanly (SIGTERM: a controlled shutdown that hands its
+        leaderships over), keeping its data and ports for :meth:`restart`, as one step of a
+        rolling restart; SIGKILL after ``timeout_s`` seconds."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                return
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=timeout_s)
+            self._kill()
+
     def restart(self, timeout_s: float = 60) -> str:
-        """Start the broker again on the same ports and data (after :meth:`kill`), without
+        """Start the broker again on the same ports and data (after :meth:`kill` or
+        :meth:`terminate`), without
         formatting: the topics, offsets and transactions survive, as after a machine reboot.
 
         Raises:
@@ -461,11 +539,8 @@ class EmbeddedKafka:
             if self._proc is not None and self._proc.poll() is None:
                 raise BrokerStartError("the broker is running: kill() it first")
             assert self._work_dir is not None and self._bootstrap is not None, "never started"
-            work = self._work_dir
-            log4j, config = work / "log4j2.properties", work / "server.properties"
-            self._proc = self._launch([*self._jvm(self._classpath(), log4j, self.heap), "kafka.Kafka", str(config)],
-                                      work, work / "broker.log")
-            self._wait_ready(self._bootstrap, time.monotonic() + timeout_s, work / "broker.log")
+            self._launch_broker(self._classpath())
+            self._wait_ready(self._bootstrap, time.monotonic() + timeout_s, {self.node_id})
             return self._bootstrap
 
     def _signal(self, sig: int) -> None:

@@ -1,0 +1,265 @@
+"""An embedded multi-broker Apache Kafka cluster: N KRaft nodes on loopback, for fault tests.
+
+Each node is an :class:`~speed_layer.runtime.broker.EmbeddedKafka` running as broker and
+controller (KRaft combined mode) in its own JVM and folder; the N controllers form the
+quorum (``controller.quorum.voters``), so the cluster keeps a controller while a majority
+of nodes run. With three or more nodes every topic, the consumer offsets and the
+transaction log get replication factor 3 and ``min.insync.replicas`` 2, as production
+clusters are run; with one or two, the factor is the node count.
+
+Faults act on one node at a time: :meth:`EmbeddedKafkaCluster.kill` (SIGKILL, keeping its
+data and ports), :meth:`~EmbeddedKafkaCluster.restart`, :meth:`~EmbeddedKafkaCluster.pause`
+(SIGSTOP) and :meth:`~EmbeddedKafkaCluster.resume`. :meth:`~EmbeddedKafkaCluster.leader_of`
+names the leader of a partition and :meth:`~EmbeddedKafkaCluster.wait_in_sync` waits until
+every replica is back in sync, as an operator does between two steps of a rolling restart.
+
+Example::
+
+    with EmbeddedKafkaCluster(3) as cluster:
+        victim = cluster.leader_of("orders", 0)
+        cluster.kill(victim)
+        ...
+        cluster.restart(victim)
+        cluster.wait_in_sync()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from speed_layer.runtime.broker import EmbeddedKafka, _free_ports, _kafka_uuid, _Quorum
+
+__all__ = ["EmbeddedKafkaCluster"]
+
+#: librdkafka's logs of the cluster's admin clients (a stopped node is expected to refuse).
+_log = logging.getLogger(__name__)
+
+
+class EmbeddedKafkaCluster:
+    """``size`` KRaft nodes (node ids 1..size) on loopback, each broker and controller.
+
+    ``work_dir`` receives one folder per node (``node-<id>/``, as
+    :class:`~speed_layer.runtime.broker.EmbeddedKafka`'s work folder); when ``None`` a
+    temporary folder is used and removed by :meth:`stop`. ``heap`` is each JVM's ``-Xmx``.
+    ``extra_properties`` are added to every node's ``server.properties``.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        work_dir: Path | None = None,
+        *,
+        heap: str = "384m",
+        jars_dir: Path | None = None,
+        extra_properties: dict[str, str] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"size must be at least 1, got {size}")
+        self.size = size
+        self._owns_work_dir = work_dir is None
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="duet-cluster-"))
+        self.nodes: dict[int, EmbeddedKafka] = {
+            n: EmbeddedKafka(self.work_dir / f"node-{n}", heap=heap, jars_dir=jars_dir,
+                             extra_properties=extra_properties, node_id=n)
+            for n in range(1, size + 1)
+        }
+        self._bootstrap: str | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every node's ``127.0.0.1:<port>``, comma-separated (raises if not started)."""
+        if self._bootstrap is None:
+            raise RuntimeError("EmbeddedKafkaCluster is not started")
+        return self._bootstrap
+
+    def node(self, node_id: int) -> EmbeddedKafka:
+        """The node with this id (1..size). Raises ``KeyError`` for another id."""
+        return self.nodes[node_id]
+
+    def running(self) -> list[int]:
+        """Ids of the nodes whose JVM is alive (a paused node counts as running)."""
+        return [n for n, node in self.nodes.items() if node.is_running()]
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout_s: float = 120) -> str:
+        """Format every node's log dir with one cluster id, start all nodes and wait until each
+        answers a metadata request listing all of them; returns the bootstrap servers.
+
+        Raises:
+            KafkaJarsMissingError: the Kafka jars are missing (run ``make setup``).
+            BrokerStartError: a node did not start within ``timeout_s`` seconds (the message
+                holds the tail of its log); every node is stopped then.
+        """
+        if self._bootstrap is not None:
+            return self._bootstrap
+        deadline = time.monotonic() + timeout_s
+        nodes = list(self.nodes.values())
+        classpath = nodes[0]._classpath()
+        ports = _free_ports(2 * self.size)
+        quorum = _Quorum({n.node_id: ports[2 * i + 1] for i, n in enumerate(nodes)}, _kafka_uuid())
+        try:
+            for i, node in enumerate(nodes):
+                node._prepare_work_dir()
+                node._configure(ports[2 * i], ports[2 * i + 1], quorum)
+            self._each(nodes, lambda node: node._format_log_dir(classpath, deadline))
+            for node in nodes:
+                node._launch_broker(classpath)
+            ids = set(self.nodes)
+            bootstraps = [f"127.0.0.1:{ports[2 * i]}" for i in range(self.size)]
+            self._each(nodes, lambda node: node._wait_ready(bootstraps[node.node_id - 1], deadline, ids))
+            for node, bootstrap in zip(nodes, bootstraps):
+                node._bootstrap = bootstrap
+        except BaseException:
+            self._stop_nodes(timeout_s=5)
+            raise
+        self._bootstrap = ",".join(bootstraps)
+        atexit.register(self.stop)
+        return self._bootstrap
+
+    @staticmethod
+    def _each(nodes: list[EmbeddedKafka], step: object) -> None:
+        """Run ``step(node)`` for every node in parallel threads; re-raise the first error."""
+        errors: list[BaseException] = []
+
+        def run(node: EmbeddedKafka) -> None:
+            try:
+                step(node)  # type: ignore[operator]
+            except BaseException as exc:  # re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(n,), name=f"duet-cluster-{n.node_id}") for n in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def stop(self, timeout_s: float = 15) -> None:
+        """Stop every node at once (SIGTERM, SIGKILL after ``timeout_s`` seconds); idempotent.
+
+        All nodes are signalled together: stopped one by one, the last ones would wait for a
+        controller quorum that is already gone. Removes the work folder when it was temporary.
+        """
+        self._stop_nodes(timeout_s)
+        self._bootstrap = None
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    def _stop_nodes(self, timeout_s: float) -> None:
+        for node in self.nodes.values():
+            with contextlib.suppress(RuntimeError):
+                node.resume()  # a paused JVM ignores SIGTERM until continued
+        self._each(list(self.nodes.values()), lambda node: node.stop(timeout_s=timeout_s))
+
+    # ------------------------------------------------------------------ faults
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node's JVM, keeping its data and ports for :meth:`restart`."""
+        self.node(node_id).kill()
+
+    def terminate(self, node_id: int, timeout_s: float = 30) -> None:
+        """Shut one node down cleanly (SIGTERM, controlled shutdown), keeping its data and
+        ports for :meth:`restart`: one step of a rolling restart."""
+        self.node(node_id).terminate(timeout_s)
+
+    def restart(self, node_id: int, timeout_s: float = 90) -> None:
+        """Start a killed node again on its data and ports; returns once the cluster lists it.
+
+        Raises:
+            BrokerStartError: it is still running, or was not listed within ``timeout_s``.
+        """
+        self.node(node_id).restart(timeout_s=timeout_s)
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP one node (it keeps its sockets open and answers nothing)."""
+        self.node(node_id).pause()
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT a paused node."""
+        self.node(node_id).resume()
+
+    # ------------------------------------------------------------------ metadata
+    def _admin(self) -> object:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers,
+                            "socket.connection.setup.timeout.ms": 2000, "logger": _log})
+
+    def leader_of(self, topic: str, partition: int, timeout_s: float = 30) -> int:
+        """Node id of the leader of ``topic``'s ``partition``.
+
+        Raises:
+            TimeoutError: no leader was known within ``timeout_s`` seconds.
+        """
+        admin = self._admin()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(Exception):  # KafkaException while a leader moves
+                md = admin.list_topics(topic, timeout=5)  # type: ignore[attr-defined]
+                leader = md.topics[topic].partitions[partition].leader
+                if leader >= 0:
+                    return int(leader)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no leader for {topic}-{partition} within {timeout_s} s")
+            time.sleep(0.2)
+
+    def coordinator_of(self, group_id: str, timeout_s: float = 30) -> int:
+        """Node id of the group coordinator of ``group_id`` (the consumer group's broker).
+
+        Raises:
+            TimeoutError: it was not known within ``timeout_s`` seconds.
+        """
+        admin = self._admin()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(Exception):  # KafkaException while the coordinator moves
+                futures = admin.describe_consumer_groups([group_id], request_timeout=5)  # type: ignore[attr-defined]
+                return int(futures[group_id].result(timeout=10).coordinator.id)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no coordinator for group {group_id} within {timeout_s} s")
+            time.sleep(0.2)
+
+    def under_replicated(self) -> list[str]:
+        """``topic-partition`` of every partition whose in-sync replicas are fewer than its
+        replicas (empty when all are in sync)."""
+        md = self._admin().list_topics(timeout=10)  # type: ignore[attr-defined]
+        return [f"{t}-{p}" for t, tmd in md.topics.items() for p, pmd in tmd.partitions.items()
+                if len(pmd.isrs) < len(pmd.replicas)]
+
+    def wait_in_sync(self, timeout_s: float = 120) -> None:
+        """Wait until no partition is under-replicated (every replica caught up).
+
+        Raises:
+            TimeoutError: some still are after ``timeout_s`` seconds (they are named).
+        """
+        deadline = time.monotonic() + timeout_s
+        lagging: list[str] = ["?"]
+        while True:
+            with contextlib.suppress(Exception):  # a metadata error counts as not yet
+                lagging = self.under_replicated()
+                if not lagging:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"under-replicated after {timeout_s} s: {', '.join(lagging[:10])}")
+            time.sleep(0.5)
+
+    def __enter__(self) -> EmbeddedKafkaCluster:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedKafkaCluster({self.size} nodes, {self._bootstrap or 'stopped'})"
