@@ -36,3 +36,11 @@ class TaskTimeoutException(StreamsException):
     with a retriable error (Kafka's ``StreamsException`` wrapping a ``TimeoutException``
     from ``AbstractTask.maybeInitTaskTimeoutOrThrow``, KIP-572). The stream thread dies
     of it and hands it to the uncaught exception handler."""
+
+
+class TaskCorruptedException(StreamsException):
+    """A send failed with a retriable error (e.g. a delivery timed out while the brokers
+    were away): the stream thread closes its tasks dirty and re-initializes them from their
+    last committed offsets (exactly-once: after aborting the transaction), and the records
+    since are processed again (Kafka's ``TaskCorruptedException`` from
+    ``RecordCollectorImpl#recordSendError``, the default production handler's RETRY)."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .task_timeout import NotYet, TaskTimeout, retriable_broker_error, retry_broker_call
 
@@ -21,6 +21,7 @@ __all__ = [
     "TopicError",
     "TopicMismatchError",
     "ensure_topics",
+    "max_message_bytes",
     "delete_topics",
     "topic_partitions",
     "end_offsets",
@@ -149,6 +150,20 @@ def _create_topics(admin: AdminClient, specs: list[TopicSpec], request_s: float)
             if retriable_broker_error(exc):
                 raise
             raise TopicError(f"creating topic {name!r} failed: {exc}") from exc
+
+
+def max_message_bytes(admin: AdminClient, topics: Iterable[str], request_s: float) -> dict[str, int]:
+    """``{topic: max.message.bytes}`` (bytes) of ``topics``, from one ``DescribeConfigs``
+    request that waits at most ``request_s`` seconds.
+
+    Raises:
+        KafkaException: the request failed (e.g. ``_TIMED_OUT``, ``TOPIC_AUTHORIZATION_FAILED``).
+    """
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(set(topics))]
+    if not resources:
+        return {}
+    futures = admin.describe_configs(resources, request_timeout=request_s)
+    return {res.name: int(fut.result(timeout=request_s + 1)["max.message.bytes"].value) for res, fut in futures.items()}
 
 
 def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30) -> None:

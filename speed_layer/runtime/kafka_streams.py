@@ -36,12 +36,12 @@ from typing import Any, Callable
 from confluent_kafka import KafkaException
 
 from ..config import StreamsConfig
-from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TopologyException
+from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TaskTimeoutException, TopologyException
 from ..graph.ops import SinkOp
 from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView, ReadOnlyWindowView, store_view
 from ..topology import Topology
 from . import gc_tuning
-from .admin import TopicError, admin_client, ensure_topics
+from .admin import TopicError, admin_client, ensure_topics, max_message_bytes
 from .catch_up import CatchUpWaiter
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
@@ -184,7 +184,8 @@ class KafkaStreams:
     def _new_collector(self) -> KafkaRecordCollector:
         from confluent_kafka import Producer
 
-        return KafkaRecordCollector(Producer(self.producer_config(f"{self.config.application_id}-{self.process_id}-global-producer")), self.partition_counts)
+        return KafkaRecordCollector(Producer(self.producer_config(f"{self.config.application_id}-{self.process_id}-global-producer")),
+                                    self.partition_counts, dead_letter_topic=self.config.dead_letter_queue_topic)
 
     # ------------------------------------------------------------------ state
     @property
@@ -349,6 +350,8 @@ class KafkaStreams:
             self.partition_counts.set(t, n)
         for spec in self.plan.changelogs.values():
             self.partition_counts.set(spec.name, spec.partitions)
+        self._seed_message_limits(admin, sinks | set(self.plan.repartition) | {s.name for s in self.plan.changelogs.values()},
+                                  timeouts)
         if self.topology.global_stores():
             gconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-global-consumer")
             gconf.update(self.client_overrides("consumer."))
@@ -367,6 +370,30 @@ class KafkaStreams:
                 t.start()
         if self._standby is not None:
             self._standby.start()
+
+    def _seed_message_limits(self, admin: Any, topics: set[str], timeouts: TaskTimeout) -> None:
+        """Look up the ``max.message.bytes`` of the topics the stream threads write to (the
+        topology's sinks, the dead-letter topic, the internal topics): the record collectors
+        fail a record larger than that before producing it, so that it fails alone (the
+        broker rejects a whole batch and librdkafka, unlike Kafka's producer, does not
+        split it). Skipped when the producer compresses (the broker checks the compressed
+        batch) or the brokers refuse ``DescribeConfigs`` (the broker's check remains).
+
+        Raises:
+            TaskTimeoutException: the brokers did not answer within ``task.timeout.ms``.
+        """
+        producer = self.client_overrides("producer.")
+        if str(producer.get("compression.type", producer.get("compression.codec", "none"))).lower() != "none":
+            return
+        try:
+            limits = retry_broker_call("max.message.bytes of the output topics (KafkaStreams.start)",
+                                       lambda request_s: max_message_bytes(admin, topics, request_s), timeouts)
+        except TaskTimeoutException:
+            raise
+        except StreamsException as exc:
+            log.warning("%s: a record too large for its topic fails at the broker, with the records batched with it", exc)
+            return
+        self.partition_counts.set_max_message_bytes(limits)
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop gracefully: each thread commits, writes checkpoints and closes its stores;

@@ -3,20 +3,26 @@
 One collector per stream thread wraps the thread's producer. It chooses the partition of
 every record itself (murmur2 of the key bytes, as the Java client; round-robin for null
 keys), remembers the offset of the last acknowledged record per changelog partition (for
-checkpoints), and turns a failed delivery into a :class:`StreamsException` at the next
-``send`` or ``flush`` (as Kafka's collector rethrows the first send error).
+checkpoints), and treats a failed send as Kafka's ``RecordCollectorImpl#recordSendError``
+(:mod:`.delivery_errors`): fatal errors, the production exception handler's FAIL and a
+failed dead letter are raised at the next ``send``, ``flush`` or commit (as Kafka's
+collector rethrows the first send error); its CONTINUE drops the record
+(``dropped-records``), and ``dead_letter`` sends it to the dead-letter topic.
 """
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import deque
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from ..errors import StreamsException
+from ..errors import StreamsException, TaskCorruptedException, TaskMigratedException
+from .delivery_errors import BATCH_OVERHEAD, RECORD_OVERHEAD_MAX, dead_letter_headers, record_batch_size, send_error_kind
 from .partitioning import RoundRobin, partition_for_key
+from .task import Metrics
 from .task_timeout import TaskTimeout, topic_partition_count
 
 log = logging.getLogger("speed_layer.collector")
@@ -25,13 +31,19 @@ Headers = list[tuple[str, bytes | None]]
 
 #: ``send`` serves delivery reports once per this many records (and ``flush`` waits for all)
 POLL_EVERY_SENDS = 500
+#: the task id under which the collector counts ``dropped-records`` and ``dead-lettered``
+#: (a delivery report comes after its task moved on: the collector does not know it)
+METRICS_ID = "producer"
+#: the size budget of a topic whose ``max.message.bytes`` is not known
+NO_LIMIT = sys.maxsize
 
 __all__ = ["KafkaRecordCollector", "PartitionCounts"]
 
 
 class PartitionCounts:
     """Partition counts of topics from metadata, cached (shared by the threads of one
-    instance). Topics of a running application do not change partition counts.
+    instance), and the ``max.message.bytes`` of those known at start-up. Topics of a
+    running application do not change partition counts.
 
     The instance seeds the counts of the topics it knows at start-up (sources, internal
     topics, sinks named in the topology); only topics named by a topic extractor are looked
@@ -47,6 +59,7 @@ class PartitionCounts:
                  retry_backoff_ms: int = 100, max_block_ms: int = 60_000) -> None:
         self._bootstrap = bootstrap
         self._counts: dict[str, int] = dict(known or {})
+        self._max_bytes: dict[str, int] = {}
         self._lock = threading.Lock()
         self.timeouts = TaskTimeout(task_timeout_ms, retry_backoff_ms, max_block_ms)
 
@@ -65,6 +78,16 @@ class PartitionCounts:
     def set(self, topic: str, n: int) -> None:
         with self._lock:
             self._counts[topic] = n
+
+    def set_max_message_bytes(self, limits: dict[str, int]) -> None:
+        """The topics' ``max.message.bytes`` (bytes), looked up at start-up: the record
+        collectors fail a record larger than that before producing it."""
+        with self._lock:
+            self._max_bytes.update(limits)
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The ``max.message.bytes`` of ``topic`` (None: not known)."""
+        return self._max_bytes.get(topic)
 
     def known(self, topic: str) -> int | None:
         """The cached count of ``topic`` (None: not looked up yet)."""
@@ -93,20 +116,35 @@ class KafkaRecordCollector:
     """Implements the task's ``RecordCollector`` over a confluent-kafka ``Producer``.
 
     ``send(topic, key, value, timestamp_ms, headers, partition)``: ``partition`` None means
-    murmur2 of ``key`` (null key: round-robin). Delivery reports record the first error;
-    those of the topics registered with :meth:`report_offsets` (changelogs) and of tracked
-    partitions also update :attr:`acked_offsets` (``{(topic, partition): offset + 1}``).
-    The sends to other topics (output topics, dead letters) get a callback that looks at
-    the error only: a third of a stream thread's sends, each report one call cheaper.
+    murmur2 of ``key`` (null key: round-robin). Delivery reports of failed sends go to
+    :meth:`_send_failed` (Kafka's ``RecordCollectorImpl#recordSendError``, see
+    :mod:`.delivery_errors`); those of the topics registered with :meth:`report_offsets`
+    (changelogs) and of tracked partitions also update :attr:`acked_offsets`
+    (``{(topic, partition): offset + 1}``). The sends to other topics (output topics, dead
+    letters) get a callback that looks at the error only: a third of a stream thread's
+    sends, each report one call cheaper.
+
+    A record larger than its topic's ``max.message.bytes`` (when :class:`PartitionCounts`
+    knows it) fails before it is produced, as a broker's ``MSG_SIZE_TOO_LARGE`` would: the
+    broker rejects a whole batch, and librdkafka, unlike Kafka's Java producer, does not
+    split it to fail only the oversized record.
     """
 
-    def __init__(self, producer: Producer, counts: PartitionCounts, *, transactional: bool = False) -> None:
+    def __init__(self, producer: Producer, counts: PartitionCounts, *, transactional: bool = False,
+                 handler: str = "log_and_fail", dead_letter_topic: str | None = None,
+                 metrics: Metrics | None = None) -> None:
         """``producer``: configured with ``delivery.report.only.error`` when nothing needs
         the offsets of acknowledged sends (no changelog, no tracked partition): then only
-        failed deliveries are reported (the stream thread's choice)."""
+        failed deliveries are reported (the stream thread's choice). ``handler``: the
+        config's ``production.exception.handler`` for a record that cannot be written;
+        ``dead_letter_topic``: ``errors.dead.letter.queue.topic.name``; ``metrics``: where
+        dropped and dead-lettered records are counted (under :data:`METRICS_ID`)."""
         self.producer = producer
         self.counts = counts
         self.transactional = transactional
+        self.handler = handler
+        self.dead_letter_topic = dead_letter_topic
+        self.metrics = metrics if metrics is not None else Metrics()
         self.round_robin = RoundRobin()
         self.acked_offsets: dict[tuple[str, int], int] = {}
         self.sent = 0
@@ -119,10 +157,15 @@ class KafkaRecordCollector:
         self.offset_topics: set[str] = set()
         self._unacked: dict[tuple[str, int], deque[int]] = {}
         self._acked: dict[tuple[str, int], deque[tuple[int, int]]] = {}
-        self._error: KafkaError | None = None
-        self._error_topic: str | None = None
-        #: partition counts of the topics sent to (partition counts do not change)
-        self._counts: dict[str, int] = {}
+        #: the first failed send's exception, raised by the next send/flush/commit
+        self._error: StreamsException | None = None
+        self._error_code: KafkaError | None = None
+        #: dead letters of failed sends, sent at the next send/poll/flush (not from the
+        #: delivery report callback): ``(key, value, timestamp, headers)``
+        self._dead_letters: list[tuple[bytes | None, bytes | None, int, Headers]] = []
+        #: per topic sent to: its partition count and the key + value bytes under which a
+        #: record without headers surely fits its ``max.message.bytes`` (``NO_LIMIT``: not known)
+        self._topics: dict[str, tuple[int, int]] = {}
         #: bound once (the hot path: one produce per record)
         self._produce = producer.produce
         self._report = self._on_delivery
@@ -131,8 +174,8 @@ class KafkaRecordCollector:
     # -- delivery reports
     def _on_error(self, err: KafkaError | None, msg: Any) -> None:
         """The delivery report of a topic whose offsets nothing reads: the error only."""
-        if err is not None and self._error is None:
-            self._error, self._error_topic = err, msg.topic()
+        if err is not None:
+            self._send_failed(err, msg.topic(), msg.partition(), msg.key(), msg.value(), msg.timestamp()[1], msg.headers())
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         tp = (msg.topic(), msg.partition())
@@ -140,14 +183,99 @@ class KafkaRecordCollector:
         if err is not None:
             if unacked:
                 unacked.popleft()
-            if self._error is None:
-                self._error, self._error_topic = err, msg.topic()
+            self._send_failed(err, tp[0], tp[1], msg.key(), msg.value(), msg.timestamp()[1], msg.headers())
             return
         if unacked:
             self._acked.setdefault(tp, deque()).append((msg.offset(), unacked.popleft()))
         off = msg.offset() + 1
         if off > self.acked_offsets.get(tp, -1):
             self.acked_offsets[tp] = off
+
+    # -- failed sends (Kafka's RecordCollectorImpl#recordSendError)
+    def _send_failed(self, err: KafkaError, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                     timestamp: int, headers: Headers | None) -> None:
+        """Treat one failed send by the kind of its error (:func:`send_error_kind`): record
+        the exception the next send/flush/commit raises, or ask ``production.exception.handler``.
+        As Kafka, once an exception is pending the later failures are not looked at."""
+        kind = send_error_kind(err)
+        if kind == "aborted":
+            log.debug("send to %s-%d aborted with its transaction: %s", topic, partition, err.str())
+            return
+        if self._error is not None:
+            return
+        message = f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})"
+        if kind == "fatal":
+            self._fail(StreamsException, f"{message}. Written offsets would not be recorded and no more records would "
+                                         f"be sent since this is a fatal error.", err)
+        elif kind == "fenced":
+            # the cause is marked fatal: the stream thread replaces the producer (Kafka's
+            # TaskMigratedException handling) instead of dying
+            fatal = KafkaError(err.code(), err.str(), fatal=True)
+            self._fail(TaskMigratedException, f"{message}. Written offsets would not be recorded and no more records "
+                                              f"would be sent since the producer is fenced.", fatal)
+        elif kind == "retriable":
+            self._fail(TaskCorruptedException, f"{message}. The broker is slow or unavailable: the tasks restart from "
+                                               f"their last committed offsets. Consider a larger `delivery.timeout.ms` "
+                                               f"(librdkafka's message.timeout.ms) to wait longer.", err)
+        elif topic == self.dead_letter_topic:
+            # KIP-1034: a dead letter that cannot be written goes to the uncaught exception handler
+            self._fail(StreamsException, f"{message}. The dead letter could not be written to {topic}.", err)
+        else:
+            self._handle_record_error(err, message, topic, key, value, timestamp, headers)
+
+    def _fail(self, kind: type[StreamsException], message: str, err: KafkaError) -> None:
+        """Record ``kind(message)`` (its cause ``KafkaException(err)``) for the next
+        send/flush/commit, and log it (Kafka logs every send error)."""
+        exc = kind(message)
+        exc.__cause__ = KafkaException(err)
+        self._error, self._error_code = exc, err
+        log.error("%s", message)
+
+    def _handle_record_error(self, err: KafkaError, message: str, topic: str, key: bytes | None, value: bytes | None,
+                             timestamp: int, headers: Headers | None) -> None:
+        """``production.exception.handler`` for a record the broker (or the producer)
+        refused: ``log_and_fail`` raises at the next send/flush/commit; ``log_and_continue``
+        drops it (``dropped-records``); ``dead_letter`` also sends it (its key, value and
+        headers as they were sent, with the KIP-1034 error headers and
+        ``__streams.errors.sink.topic``) to the dead-letter topic.
+
+        Under exactly-once a failed send leaves the transaction unable to commit (Kafka's
+        producer moves it to an abortable error; ``StreamsProducer#commitTransaction`` then
+        raises a ``StreamsException``): the handler's CONTINUE is logged and counted, but
+        the error is raised as under FAIL, and no dead letter is sent (it would be aborted
+        with the transaction)."""
+        if self.handler == "log_and_fail":
+            self._fail(StreamsException, f"{message}. Exception handler chose to FAIL the processing, no more records "
+                                         f"would be sent.", err)
+            return
+        self.metrics.inc(METRICS_ID, "dropped-records")
+        if self.transactional:
+            self._fail(StreamsException, f"{message}. production.exception.handler={self.handler} chose to continue, "
+                                         f"but under exactly_once_v2 a failed send leaves the transaction unable to "
+                                         f"commit (as Kafka's producer): no more records would be sent.", err)
+            return
+        if self.handler == "log_and_continue":
+            log.warning("%s. Exception handler chose to CONTINUE processing in spite of this error.", message)
+            return
+        self.metrics.inc(METRICS_ID, "dead-lettered")
+        log.warning("%s. The record goes to the dead-letter topic %s.", message, self.dead_letter_topic)
+        extra = dead_letter_headers("production", KafkaException(err), f"{err.str()} ({err.name()})")
+        self._dead_letters.append((key, value, timestamp, list(headers or []) + extra +
+                                   [("__streams.errors.sink.topic", topic.encode())]))
+
+    def _send_dead_letters(self) -> None:
+        """Send the dead letters of failed sends (outside the delivery report callbacks).
+
+        Raises:
+            StreamsException: no dead-letter topic set, or a dead letter cannot be sent.
+        """
+        letters, self._dead_letters = self._dead_letters, []
+        if not letters:
+            return
+        if not self.dead_letter_topic:
+            raise StreamsException("errors.dead.letter.queue.topic.name must be set when an exception handler is 'dead_letter'")
+        for key, value, timestamp, headers in letters:
+            self.send(self.dead_letter_topic, key, value, timestamp, headers, None)
 
     def pending_timestamp(self, tp: tuple[str, int], consumed_next: int) -> int | None:
         """Timestamp (ms) of the oldest record this collector sent to a tracked partition
@@ -175,37 +303,65 @@ class KafkaRecordCollector:
         self._unacked.pop(tp, None)
 
     def check_error(self) -> None:
-        """Raise the first delivery error seen (Kafka's ``RecordCollector#checkForException``).
+        """Raise the first failed send's exception (Kafka's ``RecordCollectorImpl#checkForException``),
+        once.
 
         Raises:
-            StreamsException: naming the topic and Kafka's error.
+            StreamsException: naming the topic and Kafka's error (a fatal error, the
+                handler's FAIL, a dead letter that could not be written, or any record
+                error under exactly-once).
+            TaskMigratedException: the producer is fenced (its cause is a fatal ``KafkaError``).
+            TaskCorruptedException: a retriable error (e.g. a delivery timed out).
         """
         if self._error is not None:
-            err, topic = self._error, self._error_topic
-            self._error = None
-            raise StreamsException(f"Error encountered sending record to topic {topic}: {err.str()} ({err.name()})") from KafkaException(err)
+            exc, self._error, self._error_code = self._error, None, None
+            raise exc
 
     def discard_error(self) -> KafkaError | None:
-        """Forget (and return) the pending delivery error: the sends of an aborted
-        transaction fail with "purged", which belongs to that transaction only."""
-        err, self._error, self._error_topic = self._error, None, None
+        """Forget (and return) the pending send error and dead letters: the sends of an
+        aborted transaction or of rewound tasks belong to what is being undone."""
+        err, self._error, self._error_code = self._error_code, None, None
+        self._dead_letters.clear()
         return err
 
     # -- RecordCollector protocol
     def partitions_for(self, topic: str) -> int:
         return self.counts.get(topic, self.producer)
 
+    def _topic(self, topic: str) -> tuple[int, int]:
+        """Partition count and size budget of ``topic`` (see ``_topics``), cached."""
+        limit = self.counts.max_message_bytes(topic)
+        info = self._topics[topic] = (self.partitions_for(topic),
+                                      NO_LIMIT if limit is None else limit - BATCH_OVERHEAD - RECORD_OVERHEAD_MAX)
+        return info
+
+    def _too_large(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> KafkaError | None:
+        """``MSG_SIZE_TOO_LARGE`` when this record alone exceeds the topic's ``max.message.bytes``."""
+        limit = self.counts.max_message_bytes(topic)
+        if limit is None:
+            return None
+        size = record_batch_size(key, value, headers)
+        if size <= limit:
+            return None
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"Record of {size} bytes is larger than max.message.bytes "
+                                                          f"{limit} of topic {topic}")
+
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers, partition: int | None) -> None:
-        """Produce one record (asynchronously; ``flush`` waits for acknowledgements).
+        """Produce one record (asynchronously; ``flush`` waits for acknowledgements). A
+        record the producer refuses (too large, an invalid record) is a failed send
+        (:meth:`_send_failed`), as Kafka's producer hands such errors to the send's callback.
 
         Raises:
-            StreamsException: on an earlier delivery error, or when the topic is unknown.
+            StreamsException: an earlier send failed (see :meth:`check_error`), this one
+                failed with a fatal error, or the topic is unknown.
         """
-        if self._error is not None:
+        if self._error is not None or self._dead_letters:
             self.check_error()
-        n = self._counts.get(topic)
-        if n is None:
-            n = self._counts[topic] = self.partitions_for(topic)
+            self._send_dead_letters()
+        info = self._topics.get(topic)
+        if info is None:
+            info = self._topic(topic)
+        n, budget = info
         if partition is None:
             partition = partition_for_key(key, n) if key is not None else self.round_robin.next(topic, n)
         elif not 0 <= partition < n:
@@ -215,6 +371,11 @@ class KafkaRecordCollector:
         # on_delivery, timestamp, headers): parsing keywords cost a third of the call
         hdrs = [(k, v) for k, v in headers] if headers else None
         ts = timestamp if timestamp >= 0 else 0  # 0: librdkafka stamps the current time
+        if hdrs is not None or (len(value) if value is not None else 0) + (len(key) if key is not None else 0) > budget:
+            too_large = self._too_large(topic, key, value, hdrs)
+            if too_large is not None:
+                self._send_failed(too_large, topic, partition, key, value, timestamp, hdrs)
+                return
         report = self._report if topic in self.offset_topics else self._report_error
         while True:
             try:
@@ -227,26 +388,47 @@ class KafkaRecordCollector:
                 # local queue full: serve delivery reports and retry (Kafka blocks in send)
                 self.producer.poll(0.1)
             except KafkaException as exc:
-                raise StreamsException(f"Error sending record to topic {topic}: {exc}") from exc
+                self._produce_failed(exc, topic, partition, key, value, timestamp, hdrs)
+                return
         self.sent += 1
         if self.tracked and (topic, partition) in self.tracked:
             self._unacked.setdefault((topic, partition), deque()).append(timestamp)
         if self.sent % POLL_EVERY_SENDS == 0:
             self.producer.poll(0)
 
+    def _produce_failed(self, exc: KafkaException, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                        timestamp: int, headers: Headers | None) -> None:
+        """A ``produce`` the producer refused at once (e.g. ``MSG_SIZE_TOO_LARGE`` above its
+        ``message.max.bytes``): a failed send; raised now unless the handler went on.
+
+        Raises:
+            StreamsException: see :meth:`check_error`.
+        """
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(KafkaError._FAIL, str(exc))
+        self._send_failed(err, topic, partition, key, value, timestamp, headers)
+        self.check_error()
+
     def poll(self) -> None:
         """Serve the delivery reports that arrived (the stream thread calls it once per
         loop; ``send`` serves them only every ``POLL_EVERY_SENDS`` records: a ``poll``
-        per record cost more than the ``produce`` itself)."""
+        per record cost more than the ``produce`` itself), then send the dead letters of
+        failed sends."""
         self.producer.poll(0)
+        if self._dead_letters:
+            self._send_dead_letters()
 
     def flush(self, timeout_s: float = 60.0) -> None:
-        """Wait until every sent record is acknowledged (Kafka's ``flush`` before commit).
+        """Wait until every sent record (and dead letter) is acknowledged (Kafka's
+        ``flush`` before commit).
 
         Raises:
-            StreamsException: if a delivery failed or records remain after ``timeout_s``.
+            StreamsException: if a send failed (see :meth:`check_error`) or records remain
+                after ``timeout_s``.
         """
         left = self.producer.flush(timeout_s)
+        if self._dead_letters and self._error is None:
+            self._send_dead_letters()
+            left = self.producer.flush(timeout_s)
         self.check_error()
         if left:
             raise StreamsException(f"{left} record(s) not acknowledged after {timeout_s} s")

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from ..errors import StreamsException
+from ..errors import StreamsException, TaskCorruptedException
 from .input_buffers import InputBuffers
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
@@ -310,7 +310,9 @@ class StreamThread(threading.Thread):
                     if not isinstance(err, KafkaError) or not err.retriable() or time.monotonic() > deadline:
                         raise
                     log.warning("%s: init_transactions: %s: retrying", self.name, err.str())
-        self.collector = KafkaRecordCollector(self.producer, s.partition_counts, transactional=self.eos)
+        self.collector = KafkaRecordCollector(self.producer, s.partition_counts, transactional=self.eos,
+                                              handler=self.config.production_exception_handler,
+                                              dead_letter_topic=self.config.dead_letter_queue_topic, metrics=self.metrics)
 
     def run(self) -> None:
         try:
@@ -322,6 +324,8 @@ class StreamThread(threading.Thread):
             while not self._stopping.is_set():
                 try:
                     self._run_once()
+                except TaskCorruptedException as exc:
+                    self._recover_corrupted(exc)
                 except (KafkaException, StreamsException) as exc:
                     if _fatal_producer_error(exc) is None:
                         raise
@@ -568,6 +572,20 @@ class StreamThread(threading.Thread):
             raise StreamsException(f"{self.name}: cannot replace the failed producer: {exc}") from exc
         self._rewind(tps)
 
+    def _recover_corrupted(self, exc: TaskCorruptedException) -> None:
+        """A send failed with a retriable error (Kafka's ``TaskCorruptedException``): the
+        tasks restart from their last committed offsets, exactly-once after aborting the
+        transaction (:meth:`_abort_and_rewind`), at-least-once closed dirty and recreated
+        (:meth:`_rewind`); the records since are processed (and sent) again."""
+        cause = exc.__cause__ if isinstance(exc.__cause__, KafkaException) else KafkaException(KafkaError(KafkaError._FAIL, str(exc)))
+        if self.eos:
+            self._abort_and_rewind(cause)
+            return
+        assert self.collector is not None
+        log.warning("%s: %s: rewinding the tasks to their committed offsets", self.name, exc)
+        self.collector.discard_error()
+        self._rewind(sorted(self.tp_task))
+
     def _rewind(self, tps: list[TP]) -> None:
         """Close the tasks dirty, seek the input partitions ``tps`` (those the tasks read)
         back to their committed offsets and recreate the tasks, which restore from the
@@ -693,6 +711,11 @@ class StreamThread(threading.Thread):
         if changed:
             log.debug("%s: committing %s", self.name, changed)
         if self.eos:
+            # a failed send leaves the transaction unable to commit: raise it now (Kafka's
+            # StreamTask#prepareCommit flushes the collector and rethrows its send error
+            # before the commit), so that no offsets are committed past the failed record
+            self.collector.poll()
+            self.collector.check_error()
             try:
                 producer, metadata = self.producer, self.consumer.consumer_group_metadata()
                 if changed:
@@ -702,6 +725,10 @@ class StreamThread(threading.Thread):
                 _watchdog(f"{self.name}: commit_transaction", lambda: producer.commit_transaction(60), 60)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
+                # the send that made the transaction abortable: raised if it may not be
+                # retried (a record error, a fatal one), rather than rewound to fail again
+                self.collector.poll()
+                self.collector.check_error()
                 if isinstance(err, KafkaError) and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
                     self._abort_and_rewind(exc)
                     return
