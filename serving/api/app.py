@@ -11,6 +11,9 @@ Endpoints (times in epoch ms plus ISO-8601 UTC):
 * ``GET /quality``: the stored Great Expectations results by view.
 * ``GET /ui``, ``GET /ui/views/{view}``: HTML pages charting each view (see
   :mod:`serving.api.pages`); ``GET /`` redirects (307) to ``/ui``.
+* ``GET /docs`` (Swagger UI), ``GET /redoc`` (ReDoc): the OpenAPI document at
+  ``/openapi.json``, with their JavaScript and CSS served by this app (works offline, see
+  :mod:`serving.api.docs`).
 
 Errors: unknown view / key -> 404 (the view message lists the known views); a malformed time
 -> 422 naming the accepted formats, another invalid parameter (``limit=0``) -> 422; ``from >
@@ -30,6 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
+from serving.api.docs import add_offline_docs
 from serving.api.times import ACCEPTED_TIME_FORMATS, TIME_PATTERN, ms_to_iso, parse_time_ms
 from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
 from serving.quality.suite import QualityResult, load_results
@@ -174,7 +178,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         version="0.1.0",
         description="Merged lambda-architecture views: batch results for closed windows, "
         "speed results for the fresh edge.",
+        docs_url=None,  # served from local assets by add_offline_docs, not from a CDN
+        redoc_url=None,
     )
+    add_offline_docs(app)
     index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     app.state.index = index
     app.state.lake = lake
