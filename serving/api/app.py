@@ -5,7 +5,8 @@ Endpoints (times in epoch ms plus ISO-8601 UTC):
 * ``GET /health``: status, number of served views, batch watermark.
 * ``GET /views``: every view with its spec, row count, key count and Delta version.
 * ``GET /views/{view}``: one view.
-* ``GET /views/{view}/keys?limit=&offset=``: the sorted keys of a view.
+* ``GET /views/{view}/keys?limit=&offset=&q=``: the sorted keys of a view; ``q`` searches
+  them (the keys containing it, ignoring case, those starting with it first).
 * ``GET /views/{view}/keys/{key}?from=&to=``: the rows of a key whose window overlaps
   ``[from, to]``; bounds are ISO-8601 (naive = UTC) or integer epoch ms.
 * ``GET /quality``: the stored Great Expectations results by view.
@@ -34,6 +35,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
 from serving.api.docs import add_offline_docs
+from serving.api.keysearch import MAX_QUERY_LENGTH, search_keys
 from serving.api.times import ACCEPTED_TIME_FORMATS, TIME_PATTERN, ms_to_iso, parse_time_ms
 from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
 from serving.quality.suite import QualityResult, load_results
@@ -109,7 +111,7 @@ class KeyRowsResponse(BaseModel):
 
 class KeysResponse(BaseModel):
     view: str
-    total: int = Field(description="total number of keys")
+    total: int = Field(description="total number of keys (with q: of the keys matching it)")
     offset: int
     limit: int
     keys: list[str]
@@ -229,10 +231,17 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         view: str,
         limit: int = Query(1000, ge=1, le=100_000, description="max keys returned"),
         offset: int = Query(0, ge=0, description="keys to skip (sorted order)"),
+        q: str | None = Query(None, max_length=MAX_QUERY_LENGTH,
+                              description="search: only the keys containing this text, ignoring case; "
+                              "those starting with it first, then the others, each in sorted order"),
     ) -> KeysResponse:
-        """The sorted keys of a view, paginated."""
-        return KeysResponse(view=view, total=index.key_count(view), offset=offset, limit=limit,
-                            keys=index.keys(view, limit=limit, offset=offset))
+        """The sorted keys of a view, paginated; with ``q``, the keys matching it (``total``
+        counts the matches)."""
+        if not q:
+            return KeysResponse(view=view, total=index.key_count(view), offset=offset, limit=limit,
+                                keys=index.keys(view, limit=limit, offset=offset))
+        total, found = search_keys(index.keys(view), q, limit=limit, offset=offset)
+        return KeysResponse(view=view, total=total, offset=offset, limit=limit, keys=found)
 
     @app.get(
         "/views/{view}/keys/{key:path}",

@@ -1,40 +1,83 @@
 """HTML pages of the serving app: what a person reads instead of JSON.
 
 * ``GET /ui``: every view with its size and check status, and the batch watermark.
-* ``GET /ui/views/{view}?key=&field=``: the merged series of one value field over time (the
-  sum over keys, or one key) as a Plotly chart, the batch part and the speed part in two
-  colours, the batch watermark as a vertical line, and the view's Great Expectations results.
+* ``GET /ui/views/{view}?key=&field=&agg=&from=&to=``: one view as a Plotly chart, the batch
+  part and the speed part in two colours, the speed layer's region shaded, the batch
+  watermark as a dashed line, and the view's Great Expectations results. What is charted
+  depends on the view's window kind:
+
+  - tumbling / hopping windows: ``field`` per window, summed over keys (or one ``key``);
+    beyond :data:`MAX_POINTS` points, ``agg`` (sum / mean / max / min) per hour, day, week...
+    (the bucket is named on the page), and a second chart of the fresh edge (the speed part
+    and the :data:`EDGE_WINDOWS` windows before it) at full resolution;
+  - session windows: sessions started per bucket and their mean duration (``field`` charts a
+    value field per bucket instead);
+  - tables (no window): the :data:`TOP_N` keys with the largest ``field`` as bars (with no
+    numeric field, the most recently updated rows as a table).
+
+  ``from`` / ``to`` (ISO-8601, naive = UTC, or epoch ms, as the JSON API) keep the windows
+  starting in ``[from, to]``; the page offers presets relative to the view's last window (last
+  day, week, month, all, the speed part). The key box searches the keys on the server
+  (``GET /views/{view}/keys?q=``) instead of listing thousands.
 * ``GET /ui/static/plotly.min.js``: Plotly's JavaScript, served from the ``plotly`` package
   (no CDN, no Node build step).
 
-Errors: an unknown view, key or field gets a 404 / 400 page whose text names what exists.
+Errors: an unknown view or key gets a 404 page, an unknown field or aggregate or ``from``
+after ``to`` a 400 page, a malformed time a 422 page; each names what exists or is accepted.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections import OrderedDict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
+import numpy as np
+import pandas as pd
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from serving.api.times import ms_to_iso
-from serving.errors import ServingError, UnknownKeyError, UnknownViewError
+from serving.api.charts import series_figure, sessions_figure, top_keys_figure
+from serving.api.keysearch import search_keys
+from serving.api.times import ms_to_iso, parse_time_ms
+from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
-from serving.views.index import ViewIndex
-from serving.views.series import Series, UnknownFieldError, numeric_fields, view_series
+from serving.views.index import ViewIndex, ViewSnapshot
+from serving.views.series import (
+    AGGREGATES,
+    Series,
+    UnknownFieldError,
+    field_values,
+    numeric_fields,
+    resolve_field,
+    session_series,
+    top_keys,
+    view_series,
+)
 
-__all__ = ["pages_router"]
+__all__ = ["pages_router", "MAX_POINTS"]
 
 log = logging.getLogger(__name__)
 
-#: Keys offered in the page's key selector (the API pages through all of them).
-MAX_KEYS_LISTED = 2000
-#: Trace colours: Plotly's default blue for batch, orange for speed.
-COLOURS = {"batch": "#1f77b4", "speed": "#ff7f0e", "unknown": "#7f7f7f"}
+#: The most points a chart draws (all sources); beyond, the series is bucketed.
+MAX_POINTS = 1000
+#: Bars of a table view's chart.
+TOP_N = 20
+#: Keys the key box lists under it (the search returns as many).
+KEY_RESULTS = 20
+#: Windows before the first speed-layer window in the "fresh edge" chart.
+EDGE_WINDOWS = 48
+#: The session view's default chart (not a value field).
+SESSIONS = "sessions"
+_DAY = 86_400_000
+#: Range presets: (id, label, length in ms), each ending at the view's last window.
+PRESETS = (("day", "last day", _DAY), ("week", "last week", 7 * _DAY), ("month", "last month", 30 * _DAY))
 
 
 @functools.cache
@@ -73,43 +116,70 @@ def _watermark(lake: Path) -> tuple[int | None, str | None]:
     return wm, ms_to_iso(wm)
 
 
-def _figure(view: str, series: Series, watermark_ms: int | None, key: str | None) -> dict[str, Any]:
-    """A Plotly figure (plain JSON): one trace per source, the watermark as a line."""
-    data = []
-    for source in sorted(series.points, key=lambda s: ("batch", "speed", "unknown").index(s)
-                         if s in COLOURS else 9):
-        pts = series.points[source]
-        data.append({
-            "type": "scatter", "mode": "lines+markers", "name": source,
-            "x": [ms_to_iso(x) for x, _ in pts], "y": [y for _, y in pts],
-            "line": {"color": COLOURS.get(source, "#7f7f7f"), "width": 1.5},
-            "marker": {"size": 4},
-        })
-    shapes, annotations = [], []
-    if watermark_ms is not None:
-        at = ms_to_iso(watermark_ms)
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": at, "x1": at, "y0": 0, "y1": 1,
-                       "line": {"color": "#cf222e", "dash": "dash", "width": 1.5}})
-        annotations.append({"xref": "x", "yref": "paper", "x": at, "y": 1.02, "text": "batch watermark",
-                            "showarrow": False, "font": {"color": "#cf222e"}})
-    what = f"key {key}" if key else "all keys"
-    x_title = "window start (UTC)" if series.x_kind == "window_start" else "timestamp (UTC)"
-    return {
-        "data": data,
-        "layout": {
-            "title": {"text": f"{view}: {series.field} per window, {what}"},
-            "xaxis": {"title": {"text": x_title}, "type": "date"},
-            "yaxis": {"title": {"text": series.field}},
-            "shapes": shapes, "annotations": annotations,
-            "legend": {"title": {"text": "source"}},
-            "margin": {"t": 60, "r": 20, "b": 50, "l": 60},
-        },
-    }
+def _short_iso(ms: int) -> str:
+    """Epoch ms -> ``2013-01-01T05:00Z`` (seconds shown only when not zero); ``"<ms> ms"``
+    outside the years datetime can hold."""
+    try:
+        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ" if dt.second or dt.microsecond else "%Y-%m-%dT%H:%MZ")
+
+
+def _step_name(ms: int) -> str:
+    for unit, size in (("d", _DAY), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size} {unit}"
+    return f"{ms} ms"
+
+
+class _ValuesCache:
+    """``field_values`` of a snapshot's whole frame per field (parsing every row's JSON takes
+    ~0.6 s per 700,000 rows): the last ``size`` (snapshot, field) pairs."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, str], tuple[pd.DataFrame, np.ndarray]] = OrderedDict()
+
+    def get(self, snap: ViewSnapshot, field: str) -> np.ndarray:
+        key = (id(snap.frame), field)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] is snap.frame:  # the frame is held: its id is not reused
+                self._entries.move_to_end(key)
+                return hit[1]
+        values = field_values(snap.frame, field)
+        with self._lock:
+            self._entries[key] = (snap.frame, values)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return values
+
+
+def _speed_span(frame: pd.DataFrame, from_ms: int | None, to_ms: int | None) -> tuple[int, int] | None:
+    """``(first window start, last window end)`` of the speed rows whose window starts in
+    ``[from_ms, to_ms]`` (epoch ms), ``None`` if there is none."""
+    speed = frame[(frame["source"] == "speed") & frame["window_start"].notna()]
+    if from_ms is not None:
+        speed = speed[speed["window_start"] >= from_ms]
+    if to_ms is not None:
+        speed = speed[speed["window_start"] <= to_ms]
+    if speed.empty:
+        return None
+    end = speed["window_end"].fillna(speed["window_start"]).max()
+    return int(speed["window_start"].min()), int(end)
+
+
+def _sources_table(points: dict[str, list[tuple[int, float]]]) -> list[dict[str, Any]]:
+    return [{"name": s, "points": len(p), "first": ms_to_iso(p[0][0]), "last": ms_to_iso(p[-1][0])}
+            for s, p in sorted(points.items()) if p]
 
 
 def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
     """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``."""
     router = APIRouter(prefix="/ui", include_in_schema=False)
+    values_cache = _ValuesCache()
 
     def quality() -> dict[str, QualityResult]:
         try:
@@ -139,29 +209,186 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
     def view_page(
         request: Request,
         view: str,
-        key: str | None = Query(None, description="one key (default: the sum over all keys)"),
+        key: str | None = Query(None, description="one key (default: all keys)"),
         field: str | None = Query(None, description="the value field charted (default: count)"),
+        agg: str | None = Query(None, description="per bucket: sum, mean, max or min"),
+        from_: str | None = Query(None, alias="from", description="first window start: ISO-8601 or epoch ms"),
+        to: str | None = Query(None, description="last window start: ISO-8601 or epoch ms"),
     ) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        key, field, agg, from_, to = (v or None for v in (key, field, agg, from_, to))
         try:
             snap = index.snapshot(view)
-            series = view_series(view, snap.frame, snap.spec.windowed, field=field, key=key or None)
+            from_ms = None if from_ is None else parse_time_ms(from_, "from")
+            to_ms = None if to is None else parse_time_ms(to, "to")
         except UnknownViewError as exc:
             return _error_page(request, 404, str(exc))
-        except UnknownKeyError as exc:
-            return _error_page(request, 404, str(exc))
+        except InvalidTimeError as exc:
+            return _error_page(request, 422, str(exc))
+        if from_ms is not None and to_ms is not None and from_ms > to_ms:
+            return _error_page(request, 400, f"'from' ({_short_iso(from_ms)}) is after 'to' ({_short_iso(to_ms)})")
+        if agg is not None and agg not in AGGREGATES:
+            return _error_page(request, 400, f"unknown aggregate {agg!r}; expected one of {', '.join(AGGREGATES)}")
+        frame = snap.frame
+        if key is not None:
+            bounds = snap.ranges.get(key)
+            if bounds is None:
+                hint = _near_keys(list(snap.ranges), key)
+                return _error_page(request, 404, f"{UnknownKeyError(view, key)}{hint}")
+            frame = frame.iloc[bounds[0]:bounds[1]]
+        spec = snap.spec
+        kind = spec.window_kind or "table"
+        wm_ms, wm_iso = _watermark(lake)
+        try:
+            if kind == "session" and field in (None, SESSIONS):
+                chart = _session_chart(view, frame, key, from_ms, to_ms, wm_ms)
+            elif kind == "table":
+                chart = _table_chart(view, frame, field, snap, values_cache, key)
+            else:
+                chart = _window_chart(view, frame, key, field, agg, from_ms, to_ms, snap, values_cache, wm_ms)
         except UnknownFieldError as exc:
             return _error_page(request, 400, str(exc))
-        wm_ms, wm_iso = _watermark(lake)
-        sources = [{"name": s, "points": len(p), "first": ms_to_iso(p[0][0]), "last": ms_to_iso(p[-1][0])}
-                   for s, p in sorted(series.points.items())]
-        fields = numeric_fields(snap.frame) or ["rows"]
+        fields = numeric_fields(frame) or (["rows"] if kind != "table" else [])
+        if kind == "session":
+            fields = [SESSIONS, *fields]
+        params = {"key": key, "field": field, "agg": agg, "from": from_, "to": to}
+
+        def url(**changes: str | None) -> str:
+            query = {k: v for k, v in {**params, **changes}.items() if v}
+            return f"{root}/ui/views/{quote(view, safe='')}" + (f"?{urlencode(query)}" if query else "")
+
+        presets = _presets(frame, spec.windowed, url, from_, to)
+        listed = list(snap.ranges)[:KEY_RESULTS] if len(snap.ranges) <= KEY_RESULTS else []
         return _render(
-            "view.html", root=request.scope.get("root_path", ""), view=view,
-            kind=snap.spec.window_kind or "table", rows=snap.rows, keys_total=len(snap.ranges),
-            version=snap.version, watermark=wm_iso, keys=list(snap.ranges)[:MAX_KEYS_LISTED], key=key or "",
-            fields=fields, field=series.field, sources=sources,
-            x_label="window start" if series.x_kind == "window_start" else "timestamp",
-            quality=quality().get(view), figure=_figure(view, series, wm_ms, key or None),
+            "view.html", root=root, view=view, kind=kind, rows=snap.rows, keys_total=len(snap.ranges),
+            version=snap.version, watermark=wm_iso, key=key or "", fields=fields,
+            aggregates=AGGREGATES,
+            from_text=from_ or "", to_text=to or "", presets=presets,
+            listed_keys=[{"key": k, "url": url(key=k)} for k in listed], all_keys_url=url(key=None),
+            key_results=KEY_RESULTS, quality=quality().get(view),
+            max_points=MAX_POINTS, edge_windows=EDGE_WINDOWS,
+            speed_span_iso=[ms_to_iso(t) for t in chart["speed_span"]] if chart["speed_span"] else None, **chart,
         )
 
     return router
+
+
+def _window_chart(view: str, frame: pd.DataFrame, key: str | None, field: str | None, agg: str | None,
+                  from_ms: int | None, to_ms: int | None, snap: ViewSnapshot, cache: _ValuesCache,
+                  watermark_ms: int | None) -> dict[str, Any]:
+    """Context of a tumbling / hopping view (or a session view's value field): the main chart
+    (bucketed beyond MAX_POINTS) and, when bucketed, the fresh edge at full resolution."""
+    spec = snap.spec
+    field = resolve_field(view, frame, field)
+    values = cache.get(snap, field)
+    if key is not None:
+        start, end = snap.ranges[key]
+        values = values[start:end]
+    step_ms = spec.advance_ms or 0
+    step = _step_name(step_ms) if step_ms else None
+
+    def series(lo: int | None, hi: int | None) -> Series:
+        return view_series(view, frame, True, field, window_kind=spec.window_kind, step_ms=step_ms,
+                           from_ms=lo, to_ms=hi, max_points=MAX_POINTS, agg=agg, values=values)
+
+    main = series(from_ms, to_ms)
+    span = _speed_span(frame, from_ms, to_ms)
+    edge_figure = None
+    if main.bucket is not None and span is not None:
+        edge_from = span[0] - EDGE_WINDOWS * (step_ms or 3_600_000)
+        edge = series(max(edge_from, from_ms) if from_ms is not None else edge_from, to_ms)
+        what = f"key {key}" if key else "all keys"
+        res = f"{edge.agg} per {edge.bucket.name}" if edge.bucket else "per window"
+        edge_figure = series_figure(view, edge, watermark_ms, key, span, step,
+                                    title=f"the fresh edge at full resolution: {edge.field} {res}, {what}")
+        edge_figure["layout"]["showlegend"] = True
+    if main.bucket is not None:
+        combine = "" if key else f"; keys combined by {main.key_agg}"
+        resolution = (f"{main.windows:,} windows in this range, more than the {MAX_POINTS:,} points a chart draws: "
+                      f"one point per {main.bucket.name}, the {main.agg} of its windows{combine}.")
+    else:
+        resolution = f"One point per window ({main.windows:,} windows in this range)."
+    return {"figure": series_figure(view, main, watermark_ms, key, span, step), "edge_figure": edge_figure,
+            "bucket": main.bucket.name if main.bucket else "window", "points": main.n_points,
+            "resolution": resolution, "sources": _sources_table(main.points), "speed_span": span,
+            "x_label": main.bucket.name if main.bucket else "window start", "field": field, "agg": main.agg,
+            "top": None}
+
+
+def _session_chart(view: str, frame: pd.DataFrame, key: str | None, from_ms: int | None, to_ms: int | None,
+                   watermark_ms: int | None) -> dict[str, Any]:
+    """Context of a session view's default chart: sessions and mean duration per bucket."""
+    series = session_series(view, frame, from_ms=from_ms, to_ms=to_ms, max_points=MAX_POINTS)
+    span = _speed_span(frame, from_ms, to_ms)
+    resolution = (f"{series.total:,} sessions in this range, counted per {series.bucket.name} by their start "
+                  f"(the finest of hour, day, week leaving at most {MAX_POINTS:,} points), with their mean "
+                  f"duration (last record - first record).")
+    return {"figure": sessions_figure(view, series, watermark_ms, key, span), "edge_figure": None,
+            "bucket": series.bucket.name, "points": series.n_points, "resolution": resolution,
+            "sources": _sources_table(series.sessions), "speed_span": span,
+            "x_label": f"session start {series.bucket.name}", "field": SESSIONS, "agg": None, "top": None}
+
+
+def _table_chart(view: str, frame: pd.DataFrame, field: str | None, snap: ViewSnapshot, cache: _ValuesCache,
+                 key: str | None) -> dict[str, Any]:
+    """Context of a table view: the top keys by ``field`` (bars), or the latest rows."""
+    fields = numeric_fields(frame)
+    values = None
+    if field is not None and field not in fields:
+        raise UnknownFieldError(view, field, fields)
+    chosen = field or ("count" if "count" in fields else (fields[0] if fields else None))
+    if chosen is not None:
+        values = cache.get(snap, chosen)
+        if key is not None:
+            start, end = snap.ranges[key]
+            values = values[start:end]
+    top = top_keys(view, frame, chosen, TOP_N, values=values)
+    if key is not None:
+        resolution = f"The current row of key {key}."
+    elif top.field is not None:
+        resolution = f"The {len(top.rows)} keys with the largest {top.field} (current value per key)."
+    else:
+        resolution = f"No numeric field in the values: the {len(top.rows)} most recently updated rows."
+    return {"figure": top_keys_figure(view, top) if top.field else None, "edge_figure": None,
+            "bucket": "key", "points": len(top.rows), "resolution": resolution, "sources": [], "speed_span": None,
+            "x_label": "key", "field": top.field or "", "agg": None,
+            "top": [{**r, "y": _number(r["y"]), "timestamp": ms_to_iso(r["timestamp"])} for r in top.rows]}
+
+
+def _number(y: float | None) -> str:
+    """A value for a table cell: ``347`` rather than ``347.0``, ``""`` for none."""
+    if y is None:
+        return ""
+    return f"{int(y):,}" if float(y).is_integer() else f"{y:,.4g}"
+
+
+def _near_keys(keys: list[str], key: str, limit: int = 5) -> str:
+    """``"; keys like it: A, B"``: the keys starting like ``key`` (its longest prefix that some
+    key contains), or ``""``."""
+    for n in range(min(len(key), 20), 0, -1):
+        near = search_keys(keys, key[:n], limit=limit)[1]
+        if near:
+            return f"; keys like it: {', '.join(near)}"
+    return ""
+
+
+def _presets(frame: pd.DataFrame, windowed: bool, url: Any, from_text: str | None,
+             to_text: str | None) -> list[dict[str, Any]]:
+    """Range links ending at the last window of ``frame`` (the selected key's, or the view's),
+    and one from a day before its first speed-layer window to the end."""
+    if not windowed or frame.empty or frame["window_start"].isna().all():
+        return []
+    last = int(frame["window_start"].max())
+    out = []
+    for pid, label, length in PRESETS:
+        lo, hi = _short_iso(last - length), _short_iso(last)
+        out.append({"id": pid, "label": label, "url": url(**{"from": lo, "to": hi}),
+                    "active": (from_text, to_text) == (lo, hi)})
+    out.append({"id": "all", "label": "all", "url": url(**{"from": None, "to": None}),
+                "active": not from_text and not to_text})
+    speed_starts = frame.loc[frame["source"] == "speed", "window_start"].dropna()
+    if not speed_starts.empty:
+        lo = _short_iso(int(speed_starts.min()) - _DAY)
+        out.append({"id": "speed", "label": "the speed part", "url": url(**{"from": lo, "to": None}),
+                    "active": from_text == lo and not to_text})
+    return out

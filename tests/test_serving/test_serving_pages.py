@@ -3,7 +3,7 @@
 The lake holds two days of an hourly view for three airports, the first 30 hours from the
 batch layer (closed before the watermark) and the rest from the speed layer, plus a stored
 Great Expectations result. The test asserts what a person sees: the chart with a batch and a
-speed trace and the watermark line, the source table, the check results; and it saves the
+speed trace, the shaded speed region and the watermark line, the source table, the check results; and it saves the
 screenshot shown in the README (``docs/img/serving-view.png``).
 """
 
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import html
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from browser_kit import serve_lake, wait_for
+from serving.api.charts import SPEED_REGION_LABEL
 from serving.quality import run_suite, save_result, standard_expectations
 from serving.views import ViewSpec, publish
 from serving_testkit import HOUR, T0, frame
@@ -54,44 +53,14 @@ def page_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(page_lake: Path) -> Iterator[str]:
     """The serving app on a free loopback port (uvicorn in a thread)."""
-    import uvicorn
-
-    from serving.api.app import create_app
-
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(page_lake), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        pytest.fail("the serving app did not start")
-    yield url
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serve_lake(page_lake) as url:
+        yield url
 
 
-def _wait_for(driver: object, css: str, timeout: float = 30.0) -> object:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
+_wait_for = wait_for
 
 
 @pytest.mark.browser
@@ -101,7 +70,7 @@ def test_the_view_page_shows_batch_speed_watermark_and_checks(browser: object, s
     browser.get(f"{server}/ui/views/{VIEW.name}")
     _wait_for(browser, "#chart[data-rendered='true'] .main-svg")
     legend = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chart .legendtext")]
-    assert legend == ["batch", "speed"]
+    assert legend == ["batch", "speed", SPEED_REGION_LABEL]
     # one point per hour: 30 batch hours, and the speed hours after the merge (29 is batch's)
     traces = browser.execute_script(
         "return document.getElementById('chart').data.map(t => [t.name, t.x.length, t.y[0]]);")
