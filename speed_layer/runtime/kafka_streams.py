@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any, Callable
@@ -60,6 +61,9 @@ __all__ = [
     "ReadOnlySessionView", "ReadOnlyVersionedView",
 ]
 
+#: the window of the windowed thread metrics (``commit-latency-avg``/``-max``), s: Kafka's
+#: defaults, ``metrics.num.samples`` (2) x ``metrics.sample.window.ms`` (30 s)
+METRICS_WINDOW_S = 60.0
 #: what an uncaught exception handler may answer (Kafka's StreamThreadExceptionResponse)
 EXCEPTION_HANDLER_RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
 _TRANSITIONS = {
@@ -606,7 +610,17 @@ class KafkaStreams:
         replayed into stores), ``alive-stream-threads``, ``poll-total`` (iterations of the
         stream threads' loops) and ``process-records-avg`` (records processed per
         iteration, as Kafka's thread metric), and
-        ``tasks``: ``{task id: {metric: value}}``."""
+        ``tasks``: ``{task id: {metric: value}}``.
+
+        ``threads``: per live stream thread (its name), Kafka's stream-thread-metrics
+        ``thread-state``, ``process-total``, ``commit-total``, ``poll-total``,
+        ``commit-latency-avg`` and ``commit-latency-max`` (ms, over the commits of the last
+        :data:`METRICS_WINDOW_S`; NaN without one, as Kafka), its main consumer's
+        ``client-id`` and ``records-lag`` (consumer-fetch-manager-metrics: ``{topic:
+        {partition: records}}``, see :meth:`StreamThread.records_lag`), and ``tasks``, its
+        own tasks' counters (``{task id: {counter: value}}``, the counters of ``tasks``
+        before the client sums them: ``process``, ``dropped-records``,
+        ``dropped-records-late``, ``restored-records``...)."""
         totals: dict[str, int] = {}
         tasks: dict[str, dict[str, int]] = {}
         for m in self._all_metrics():
@@ -629,6 +643,29 @@ class KafkaStreams:
             "poll-total": poll_total,
             "process-records-avg": process_total / poll_total if poll_total else 0.0,
             "alive-stream-threads": sum(1 for t in list(self._threads) if t.is_alive()),
+            "tasks": tasks,
+            "threads": {t.name: self._thread_metrics(t) for t in list(self._threads)},
+        }
+
+    def _thread_metrics(self, t: StreamThread) -> dict[str, Any]:
+        """One entry of ``metrics()["threads"]``."""
+        since = time.monotonic() - METRICS_WINDOW_S
+        latencies = [ms for at, ms in list(t.commit_latencies) if at >= since]
+        tasks: dict[str, dict[str, int]] = {}
+        for (task, name), v in dict(t.metrics.counters).items():
+            tasks.setdefault(task, {})[name] = v
+        lag: dict[str, dict[int, int]] = {}
+        for (topic, partition), n in sorted(t.records_lag().items()):
+            lag.setdefault(topic, {})[partition] = n
+        return {
+            "thread-state": t.thread_state,
+            "process-total": sum(c.get("process", 0) for c in tasks.values()),
+            "commit-total": t.commit_total,
+            "poll-total": t.poll_total,
+            "commit-latency-avg": sum(latencies) / len(latencies) if latencies else math.nan,
+            "commit-latency-max": max(latencies) if latencies else math.nan,
+            "client-id": f"{self.config.application_id}-{self.process_id}-StreamThread-{t.index}-consumer",
+            "records-lag": lag,
             "tasks": tasks,
         }
 
