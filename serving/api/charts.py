@@ -84,7 +84,7 @@ def series_figure(view: str, series: Series, watermark_ms: int | None, key: str 
         watermark_ms: the batch watermark (epoch ms), ``None``: no line.
         key: the key charted (``None``: all keys).
         speed_span: ``(first, end)`` epoch ms of the speed layer's rows shown, ``None``: none.
-        step: the view's window step for the y title (e.g. ``"1 h"``).
+        step: the view's window size for the y title (e.g. ``"24 h"``).
         title: overrides the title.
     """
     bucketed = series.bucket is not None

@@ -284,8 +284,8 @@ def _window_chart(view: str, frame: pd.DataFrame, key: str | None, field: str | 
     if key is not None:
         start, end = snap.ranges[key]
         values = values[start:end]
-    step_ms = spec.advance_ms or 0
-    step = _step_name(step_ms) if step_ms else None
+    step_ms = spec.advance_ms or 0  # windows start every advance: buckets start coarser
+    step = _step_name(spec.size_ms) if spec.size_ms else None  # "per 24 h window" (y title)
 
     def series(lo: int | None, hi: int | None) -> Series:
         return view_series(view, frame, True, field, window_kind=spec.window_kind, step_ms=step_ms,
