@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Iterable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -77,6 +77,8 @@ class InputBuffers:
         #: partitions this thread paused
         self.paused: set[TP] = set()
         self._missing_since: float | None = None
+        # the executor refills a buffer that ran dry within a loop (:meth:`refill`)
+        readiness.refill = self.refill
 
     def holds(self, tp: TP) -> bool:
         """Whether records of ``tp`` wait outside its task buffer."""
@@ -86,9 +88,48 @@ class InputBuffers:
         return bool(self.held)
 
     def waiting_input(self, tp: TP) -> bool:
-        """Whether more records of ``tp`` may arrive from the consumer: neither paused nor
-        holding records back."""
-        return tp not in self.paused and tp not in self.held
+        """Whether the next records of ``tp`` are to come from the consumer: none are held
+        (held records go into the buffer as it runs dry, :meth:`refill`). Paused or not: a
+        partition is paused only while records are held for it or its buffer is full, and is
+        resumed at the next loop once it ran dry, its next records being on the broker
+        (exempting paused partitions let the thread's other tasks run past them)."""
+        return tp not in self.held
+
+    def refill(self, tps: Iterable[TP]) -> None:
+        """Move the records held for each of ``tps`` whose task buffer ran dry into it, up
+        to ``limit`` (the executor calls it after a task's run). They are the partition's
+        next records: Kafka's ``PartitionGroup`` has every fetched record in its queue, and
+        duet holds them outside the buffer only to bound it. Before, a buffer that ran dry
+        within a loop stayed empty until the next loop while its records were held: its
+        task counted it as at its end (end-of-partition seen) or waited, the thread's other
+        tasks ran past its records, and a backlog in timestamp order reached a repartition
+        topic out of order (records dropped as late downstream; issue 25's liveness
+        property)."""
+        held = self.held
+        if not held:
+            return
+        tp_task = self.tp_task
+        for tp in tps:
+            queue = held.get(tp)
+            if queue is not None and not tp_task[tp].buffered_in(*tp):
+                self._move(tp, queue, self.limit)
+
+    def _move(self, tp: TP, held: deque[RawRecord], room: int) -> bool:
+        """Move up to ``room`` records held for ``tp`` into its task buffer; True once
+        nothing is held for it any more."""
+        queue = self.tp_task[tp].queue(*tp)
+        n = self.held_bytes[tp]
+        popleft, append = held.popleft, queue.append
+        for _ in range(min(room, len(held))):
+            raw = popleft()
+            key, value = raw[3], raw[4]
+            n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
+            append(raw)
+        self.held_bytes[tp] = n
+        if held:
+            return False
+        del self.held[tp], self.held_bytes[tp]
+        return True
 
     def forget(self, tp: TP) -> None:
         """Drop what is held for a partition whose task closed."""
@@ -186,20 +227,9 @@ class InputBuffers:
         pause, resume = [], []
         held_bytes = self.held_bytes
         for tp, held in list(self.held.items()):
-            queue = self.tp_task[tp].queue(*tp)
-            room = limit - len(queue)
-            if room > 0:
-                n = held_bytes[tp]
-                popleft, append = held.popleft, queue.append
-                for _ in range(min(room, len(held))):
-                    raw = popleft()
-                    key, value = raw[3], raw[4]
-                    n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
-                    append(raw)
-                held_bytes[tp] = n
-                if not held:
-                    del self.held[tp], held_bytes[tp]
-                    continue
+            room = limit - self.tp_task[tp].buffered_in(*tp)
+            if room > 0 and self._move(tp, held, room):
+                continue
             if tp not in self.paused and held_bytes[tp] >= pause_at:
                 pause.append(tp)
         for tp in self.paused:

@@ -25,9 +25,12 @@ The rules, all times in ms unless named ``_s``:
   for the sibling, which may itself wait for the task's head (a late record re-keyed into
   a repartition topic held two tasks of a backlog in turn, ``UNKNOWN_LAG_WAIT_S`` per run
   of records: issue 25's flights with null keys never caught up).
-* **The thread.** No task processes while an assigned, unpaused partition has nothing
-  buffered or held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a
-  replayed backlog keeps its tasks at the same event time.
+* **The thread.** No task processes while an assigned partition has nothing buffered or
+  held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
+  keeps its tasks at the same event time. A paused partition is no exception (its buffer
+  ran dry within a loop; it is resumed at the next); records the thread holds for a
+  partition are moved into its buffer as soon as it runs dry (``refill``), so a task never
+  runs past them either.
 """
 from __future__ import annotations
 
@@ -80,8 +83,9 @@ class Readiness:
             ``consumed_next`` are), None if none (the record collector's).
         serve_reports: serves the producer's delivery reports (a send acknowledged meanwhile
             may already be consumed back).
-        waiting_input: ``waiting_input(tp)``: whether partition ``tp`` is unpaused with
-            nothing held by the thread (the thread's flow control).
+        waiting_input: ``waiting_input(tp)``: whether the next records of partition ``tp``
+            are to come from the consumer, none being held by the thread (the thread's flow
+            control).
         owner: names the thread in the watchdog's warnings.
 
     The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
@@ -116,6 +120,10 @@ class Readiness:
         self._thread_enforced = False
         #: the count of enforced processings per task (Kafka's ``enforced-processing`` metric)
         self.on_enforced: Callable[[str], None] = lambda task_id: None
+        #: ``refill(tps)``: moves the records the thread holds for those partitions whose
+        #: buffer ran dry into it (the thread's flow control sets it; the executor calls it
+        #: after each run of a task)
+        self.refill: Callable[[list[TP]], None] = lambda tps: None
         #: names the thread in the watchdog's warnings
         self.owner = owner
         #: enforced processings of waits for data (lag > 0) not logged yet, and when the last was
@@ -225,8 +233,8 @@ class Readiness:
         return horizon
 
     def thread_ready(self, now: float) -> bool:
-        """False while an assigned, unpaused partition has nothing buffered or held and has
-        not reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
+        """False while an assigned partition, paused or not, has nothing buffered or held and
+        has not reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
         if self.max_task_idle_ms < 0:
             return True
         eof, waiting_input = self.eof, self._waiting_input

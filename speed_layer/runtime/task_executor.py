@@ -89,6 +89,9 @@ class TaskExecutor:
             else:
                 n += task.process_run(until, max_records - n)
             readiness.processed(task.task_id)
+            # a buffer that ran dry takes the records held for its partition: they come
+            # before anything the other tasks may process next
+            readiness.refill(self.task_tps[task.task_id])
             if task.buffered():
                 heapq.heappush(heap, (task.head_timestamp(), i, task))
             elif not readiness.thread_ready(now):

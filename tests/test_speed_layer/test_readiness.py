@@ -45,7 +45,7 @@ class FakeTask:
 
 class Kit:
     """A Readiness over fake tasks, a fake collector (pending sends per partition) and the
-    thread's paused partitions."""
+    partitions the thread holds records for."""
 
     def __init__(self, tasks: list[FakeTask], idle_ms: int = 0, eos: bool = False) -> None:
         self.tasks = {t.task_id: t for t in tasks}
@@ -54,10 +54,10 @@ class Kit:
         self.pending: dict[TP, int] = {}
         self.acked_on_serve: set[TP] = set()
         self.served = 0
-        self.paused: set[TP] = set()
+        self.held: set[TP] = set()
         self.enforced: list[str] = []
         self.r = Readiness(idle_ms, eos, self.task_tps, self.tp_task, self._pending, self._serve,
-                           lambda tp: tp not in self.paused)
+                           lambda tp: tp not in self.held)
         self.r.on_enforced = self.enforced.append
         for tp in self.tp_task:
             self.r.add_partition(tp, tp[0] == REP)
@@ -167,16 +167,16 @@ def test_a_task_that_may_feed_its_own_sources_runs_one_record_at_a_time() -> Non
     assert kit.r.horizon(a) == 50
 
 
-def test_the_thread_waits_for_an_unpaused_empty_partition_not_at_its_end() -> None:
+def test_the_thread_waits_for_an_empty_partition_not_at_its_end_with_nothing_held() -> None:
     a = FakeTask("0_0", {(SRC, 0): [5]})
     b = FakeTask("0_1", {(SRC, 1): []})
     kit = Kit([a, b])
     kit.at_end((SRC, 0))
     assert not kit.r.thread_ready(10.0)
     assert kit.r.thread_ready(10.0 + UNKNOWN_LAG_WAIT_S)
-    kit.paused.add((SRC, 1))  # a paused partition is not waited for
+    kit.held.add((SRC, 1))  # its held records are refilled, not waited for (test_held_records_order.py)
     assert kit.r.thread_ready(20.0)
-    kit.paused.clear()
+    kit.held.clear()
     kit.at_end((SRC, 1))
     assert kit.r.thread_ready(20.0)
 
