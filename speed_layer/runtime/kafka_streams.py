@@ -616,11 +616,11 @@ class KafkaStreams:
         ``thread-state``, ``process-total``, ``commit-total``, ``poll-total``,
         ``commit-latency-avg`` and ``commit-latency-max`` (ms, over the commits of the last
         :data:`METRICS_WINDOW_S`; NaN without one, as Kafka), its main consumer's
-        ``client-id`` and ``records-lag`` (consumer-fetch-manager-metrics: ``{topic:
-        {partition: records}}``, see :meth:`StreamThread.records_lag`), and ``tasks``, its
-        own tasks' counters (``{task id: {counter: value}}``, the counters of ``tasks``
-        before the client sums them: ``process``, ``dropped-records``,
-        ``dropped-records-late``, ``restored-records``...)."""
+        ``client-id``, and ``tasks``, its own tasks' counters (``{task id: {counter:
+        value}}``, the counters of ``tasks`` before the client sums them: ``process``,
+        ``dropped-records``, ``dropped-records-late``, ``restored-records``...).
+
+        No broker call: the consumers' lag is :meth:`records_lag`."""
         totals: dict[str, int] = {}
         tasks: dict[str, dict[str, int]] = {}
         for m in self._all_metrics():
@@ -654,9 +654,6 @@ class KafkaStreams:
         tasks: dict[str, dict[str, int]] = {}
         for (task, name), v in dict(t.metrics.counters).items():
             tasks.setdefault(task, {})[name] = v
-        lag: dict[str, dict[int, int]] = {}
-        for (topic, partition), n in sorted(t.records_lag().items()):
-            lag.setdefault(topic, {})[partition] = n
         return {
             "thread-state": t.thread_state,
             "process-total": sum(c.get("process", 0) for c in tasks.values()),
@@ -665,9 +662,55 @@ class KafkaStreams:
             "commit-latency-avg": sum(latencies) / len(latencies) if latencies else math.nan,
             "commit-latency-max": max(latencies) if latencies else math.nan,
             "client-id": f"{self.config.application_id}-{self.process_id}-StreamThread-{t.index}-consumer",
-            "records-lag": lag,
             "tasks": tasks,
         }
+
+    def records_lag(self, timeout_s: float = 5.0) -> dict[str, dict[tuple[str, int], int]]:
+        """Kafka's consumer metric ``records-lag`` (consumer-fetch-manager-metrics) of each
+        stream thread's main consumer, ``{thread name: {(topic, partition): records}}`` for the
+        partitions of its tasks (source and repartition topics): the partition's end offset,
+        asked of the brokers now (one ListOffsets request for all partitions; the last stable
+        offset under ``exactly_once_v2``, what a ``read_committed`` consumer reaches), minus the
+        consumer's position: the offset after the last record it returned to the thread, or
+        the committed offset when that is further (the position before any record since the
+        assignment; past a transaction marker). Records returned but still buffered in the
+        tasks are not lag, as in Kafka.
+
+        Kafka samples records-lag at each fetch response; librdkafka's cached high watermark
+        stops moving while the thread has a partition paused (its buffer full), so it would
+        read 0 exactly while records wait: duet asks the brokers at each call instead (never
+        on a stream thread). A partition without a position yet, or of a thread whose consumer
+        is closed, is left out.
+
+        Raises:
+            KafkaException, TimeoutError: the brokers did not answer (within ``timeout_s``).
+        """
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        positions: dict[str, dict[tuple[str, int], int]] = {}
+        for t in list(self._threads):
+            if t.consumer is None:  # not started, or closed
+                positions[t.name] = {}
+                continue
+            fetched, committed = t.readiness.fetched_next, t.committed
+            mine = {tp: max(fetched.get(tp, -1), committed.get(tp, -1)) for tp in list(t.tp_task)}
+            positions[t.name] = {tp: at for tp, at in mine.items() if at >= 0}
+        wanted = {tp for mine in positions.values() for tp in mine}
+        ends: dict[tuple[str, int], int] = {}
+        if wanted:
+            level = IsolationLevel.READ_COMMITTED if self.config.exactly_once else IsolationLevel.READ_UNCOMMITTED
+            try:
+                futures = self._admin_client().list_offsets(
+                    {TopicPartition(topic, p): OffsetSpec.latest() for topic, p in sorted(wanted)},
+                    isolation_level=level, request_timeout=timeout_s)
+                for tp, future in futures.items():
+                    ends[(tp.topic, tp.partition)] = int(future.result(timeout=timeout_s).offset)
+            except (KafkaException, TimeoutError):
+                self._reset_admin()
+                raise
+        return {name: {tp: max(0, ends[tp] - at) for tp, at in sorted(mine.items()) if tp in ends}
+                for name, mine in positions.items()}
 
     def late_records(self) -> list[tuple[str, Any, int]]:
         """``(store, key, timestamp)`` of every record a windowed aggregation dropped as late

@@ -223,8 +223,6 @@ class StreamThread(threading.Thread):
         #: ``(monotonic s, ms)`` of the latest commits, for Kafka's thread metrics
         #: ``commit-latency-avg`` / ``-max`` (:meth:`KafkaStreams.metrics`)
         self.commit_latencies: deque[tuple[float, float]] = deque(maxlen=1024)
-        #: held while the consumer closes and while :meth:`records_lag` reads it (another thread)
-        self._consumer_lock = threading.Lock()
         self.error: BaseException | None = None
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
@@ -366,12 +364,11 @@ class StreamThread(threading.Thread):
                 self._close_tasks(list(self.tasks), clean=False)
         finally:
             if self.consumer is not None:
-                with self._consumer_lock:
-                    try:
-                        self.consumer.close()
-                    except Exception:  # noqa: BLE001 - closing anyway
-                        log.exception("closing the consumer failed")
-                    self.consumer = None
+                try:
+                    self.consumer.close()
+                except Exception:  # noqa: BLE001 - closing anyway
+                    log.exception("closing the consumer failed")
+                self.consumer = None
             if self.producer is not None:
                 if self._in_txn:
                     try:
@@ -807,32 +804,6 @@ class StreamThread(threading.Thread):
             fut.add_done_callback(lambda f, tp=tp: done(f, tp))
 
     # ------------------------------------------------------------------ introspection
-    def records_lag(self) -> dict[TP, int]:
-        """Kafka's consumer metric ``records-lag`` (consumer-fetch-manager-metrics) of each
-        partition this thread's tasks consume: the high watermark of the partition's last
-        fetch response minus the consumer's position (the next offset ``poll`` returns;
-        before the first record since the assignment, the committed offset it started
-        from), in records. Records already fetched but still buffered in the tasks are not
-        lag, as in Kafka. No broker call; safe from any thread. A partition whose high
-        watermark or position is not known yet is left out; ``{}`` once the consumer is
-        closed or when librdkafka refuses (a rebalance)."""
-        with self._consumer_lock:
-            consumer = self.consumer
-            if consumer is None:
-                return {}
-            out: dict[TP, int] = {}
-            try:
-                for pos in consumer.position([TopicPartition(t, p) for t, p in list(self.tp_task)]):
-                    tp = (pos.topic, pos.partition)
-                    at = pos.offset if pos.offset >= 0 else self.committed.get(tp, -1)
-                    hi = consumer.get_watermark_offsets(pos, cached=True)[1] if at >= 0 else -1
-                    if hi >= 0:
-                        out[tp] = max(0, hi - at)
-            except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer is closed
-                log.debug("%s: records-lag: %r", self.name, exc)
-                return {}
-            return out
-
     def progress(self, tp: TP) -> int | None:
         """The committed offset of ``tp`` if this thread owns it, else None."""
         if tp not in self.tp_task:

@@ -1,7 +1,7 @@
 """``KafkaStreams.metrics()["threads"]``: per stream thread, Kafka's stream-thread-metrics
-(process-total, commit-total, commit-latency-avg/max in ms) and the main consumer's
-records-lag per partition (consumer-fetch-manager-metrics: high watermark - position), on
-the session broker."""
+(process-total, commit-total, commit-latency-avg/max in ms); ``KafkaStreams.records_lag()``:
+the main consumers' records-lag per partition (consumer-fetch-manager-metrics: end offset -
+position), on the session broker."""
 from __future__ import annotations
 
 import math
@@ -29,9 +29,8 @@ def _slow_topology(source: str, sink: str) -> Any:
 
 def _lags(streams: Any) -> dict[tuple[str, int], int]:
     out: dict[tuple[str, int], int] = {}
-    for thread in streams.metrics()["threads"].values():
-        for topic, parts in thread["records-lag"].items():
-            out.update({(topic, p): n for p, n in parts.items()})
+    for lags in streams.records_lag().values():
+        out.update(lags)
     return out
 
 
@@ -64,5 +63,4 @@ def test_thread_metrics_and_records_lag(runtime_kit: Any) -> None:
     avg, mx = thread["commit-latency-avg"], thread["commit-latency-max"]
     assert not math.isnan(avg) and 0 < avg <= mx < 60_000, (avg, mx)  # ms
     streams.close(30)
-    assert streams.metrics()["threads"] == {} or all(
-        th["records-lag"] == {} for th in streams.metrics()["threads"].values())
+    assert _lags(streams) == {}
