@@ -9,7 +9,9 @@
   what a partition means).
 * ``serving_publish`` (group ``<p>_serving``): the merged views ``<lake root>/<p>/serving/<view>``.
 * ``speed_layer`` (group ``<p>_speed``, external): the speed layer is a long-running service
-  (``duet speed``), not a Dagster op; :mod:`pipelines.dagster.sensors` observes its lag.
+  (``duet speed --follow --server HOST:PORT``), not a Dagster op; the ``<p>_speed_layer_lag``
+  sensor (:mod:`pipelines.dagster.sensors`) observes it (state, lag, process rate, last seen)
+  and evaluates its ``speed_lag`` check (:mod:`pipelines.dagster.checks`).
 
 The assets hold no layer logic: they call :mod:`pipelines.steps` and
 :mod:`pipelines.serving_steps`.
@@ -24,6 +26,7 @@ import dagster as dg
 from pipelines.dagster.keys import group, publish_key, raw_key, slug, speed_key, topic_key, view_asset_key
 from pipelines.dagster.partitions import partition_window_ms, partitions_def
 from pipelines.dagster.resources import KafkaResource, LakeResource, SparkResource
+from pipelines.dagster.speed_probe import SPEED_CHECK_NAME, max_lag_env, server_env
 from pipelines.pipeline import Pipeline
 
 __all__ = ["topic_specs", "speed_layer_spec", "raw_asset", "raw_assets", "batch_views", "serving_publish",
@@ -68,11 +71,13 @@ def speed_layer_spec(p: Pipeline) -> dg.AssetSpec:
         group_name=group(p, "speed"),
         kinds={"kafka"},
         deps=[topic_key(p, t) for t in p.input_topics],
-        description=f"The speed layer of `{p.name}` (KafkaStreams, `duet speed`, application id "
-        f"`{p.service_app_id}`): a long-running service writing the view topics "
-        f"{', '.join(f'`{v}`' for v in p.view_names)}. Observed by the `{p.name}_speed_layer_lag` sensor."
+        description=f"The speed layer of `{p.name}` (KafkaStreams, `duet speed --follow --server HOST:PORT`, "
+        f"application id `{p.service_app_id}`): a long-running service writing the view topics "
+        f"{', '.join(f'`{v}`' for v in p.view_names)}, with interactive queries, `/health` and `/metrics`. "
+        f"Observed by the `{p.name}_speed_layer_lag` sensor (its service at `${server_env(p)}`, else its consumer "
+        f"group), which evaluates the `{SPEED_CHECK_NAME}` check (lag bound `${max_lag_env(p)}` records)."
         + (f"\n\n{p.description}" if p.description else ""),
-        metadata={"application_id": p.service_app_id},
+        metadata={"application_id": p.service_app_id, "service_env": server_env(p), "max_lag_env": max_lag_env(p)},
     )
 
 

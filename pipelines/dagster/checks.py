@@ -1,4 +1,4 @@
-"""Blocking asset checks: the Great Expectations suite of each batch view.
+"""Asset checks: the Great Expectations suite of each batch view, and the speed layer's lag.
 
 Each check ``gx_suite`` of ``[<p>, view_<store>]`` runs ``p.expectations(store)`` (the
 standard suite of the view's windows, the declared field limits, the declared expectations)
@@ -7,16 +7,24 @@ on ``<lake root>/<p>/views/<store>`` through :func:`pipelines.serving_steps.run_
 (served by ``GET /quality``); the check returns it as metadata (``gx``: the JSON result,
 ``evaluated``: expectations run, ``failed``: ``type(column)`` of each failure).
 Blocking: when a suite fails, ``serving_publish`` is not materialized in the same run.
+
+The check ``speed_lag`` of the external asset ``[<p>, speed_layer]`` reads the speed layer
+(its service's ``/metrics``, else its consumer group: :mod:`pipelines.dagster.speed_probe`)
+and fails when it is down or lags more than the bound (records). The ``<p>_speed_layer_lag``
+sensor evaluates it every minute; it can also be run on demand (the check's "Execute" in the
+UI, or any job selecting it).
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
 import dagster as dg
 
-from pipelines.dagster.keys import CHECK_NAME, view_asset_key
-from pipelines.dagster.resources import LakeResource
+from pipelines.dagster.keys import CHECK_NAME, speed_key, view_asset_key
+from pipelines.dagster.resources import KafkaResource, LakeResource
+from pipelines.dagster.speed_probe import (DEFAULT_MAX_LAG_RECORDS, SPEED_CHECK_NAME, lag_check, max_lag_env,
+                                          max_lag_records, read_speed, server_env)
 from pipelines.pipeline import Pipeline
 
-__all__ = ["gx_check", "view_checks"]
+__all__ = ["gx_check", "view_checks", "speed_lag_check"]
 
 
 def _describe(p: Pipeline, view: str) -> str:
@@ -59,3 +67,34 @@ def gx_check(p: Pipeline, view: str) -> dg.AssetChecksDefinition:
 def view_checks(p: Pipeline) -> list[dg.AssetChecksDefinition]:
     """One blocking check per view of ``p``."""
     return [gx_check(p, v) for v in p.view_names]
+
+
+def speed_lag_check(p: Pipeline, max_lag: int | None = None) -> dg.AssetChecksDefinition:
+    """The check ``speed_lag`` of ``[<p>, speed_layer]``: passes when the speed layer is
+    RUNNING or REBALANCING and its total lag is at most ``$DUET_SPEED_MAX_LAG_<NAME>`` records
+    (else ``max_lag``, else 10,000). Metadata: ``lag_total``, ``max_lag_records``, ``state``,
+    ``source``.
+
+    Run on demand it raises ``dagster.Failure`` when nothing is configured to read (no
+    ``$DUET_SPEED_SERVER_<NAME>``, no cluster) or the bound is not an integer."""
+
+    @dg.asset_check(
+        asset=speed_key(p),
+        name=SPEED_CHECK_NAME,
+        description=f"The speed layer of `{p.name}` is up (RUNNING or REBALANCING) and lags at most "
+        f"${max_lag_env(p)} records (default {max_lag if max_lag is not None else DEFAULT_MAX_LAG_RECORDS:,}): read from its "
+        f"service (${server_env(p)}), else from its consumer group.",
+    )
+    def _speed_lag(kafka: KafkaResource) -> dg.AssetCheckResult:
+        try:
+            bound = max_lag_records(p, max_lag)
+        except ValueError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        reading = read_speed(p, kafka.configured_bootstrap())
+        if reading is None:
+            raise dg.Failure(description=f"nothing to read the speed layer of {p.name} from: set {server_env(p)} "
+                             "or a Kafka cluster")
+        passed, why, metadata = lag_check(reading, bound)
+        return dg.AssetCheckResult(passed=passed, metadata=metadata, description=why)
+
+    return _speed_lag

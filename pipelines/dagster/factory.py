@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from pipelines.dagster.assets import pipeline_assets
-from pipelines.dagster.checks import view_checks
+from pipelines.dagster.checks import speed_lag_check, view_checks
 from pipelines.dagster.resources import default_resources
 from pipelines.dagster.schedules import recompute_job, recompute_schedule
 from pipelines.dagster.sensors import new_kafka_data, speed_layer_lag
@@ -21,8 +21,9 @@ __all__ = ["definitions"]
 
 def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -> dg.Definitions:
     """The Dagster definitions of ``pipelines``: per pipeline its assets
-    (:mod:`pipelines.dagster.assets`), GX checks, ``<p>_recompute`` job and schedule and two
-    sensors, all named after the pipeline (:mod:`pipelines.dagster.keys`); one set of
+    (:mod:`pipelines.dagster.assets`), GX checks and the speed layer's lag check,
+    ``<p>_recompute`` job and schedule and two sensors, all named after the pipeline
+    (:mod:`pipelines.dagster.keys`); one set of
     resources ``lake``, ``spark``, ``kafka`` for all of them (``resources`` replaces the
     defaults of the same key, see :func:`pipelines.dagster.resources.default_resources`);
     ``in_process_executor`` (one JVM per run).
@@ -44,7 +45,7 @@ def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -
     for p in pipelines:
         job = recompute_job(p)
         assets.extend(pipeline_assets(p))
-        checks.extend(view_checks(p))
+        checks.extend([*view_checks(p), speed_lag_check(p)])
         jobs.append(job)
         schedules.append(recompute_schedule(p, job))
         sensors.extend([new_kafka_data(p, job), speed_layer_lag(p)])

@@ -1,4 +1,4 @@
-"""Sensors of a pipeline: new Kafka data starting the recompute, and the speed layer's lag.
+"""Sensors of a pipeline: new Kafka data starting the recompute, and the speed layer observed.
 
 ``<p>_new_kafka_data`` (every 30 s, once turned on in the UI): when a source topic holds
 records ``<lake root>/<p>/raw`` has not archived yet, it requests a run of ``<p>_recompute``
@@ -6,20 +6,24 @@ records ``<lake root>/<p>/raw`` has not archived yet, it requests a run of ``<p>
 ``run_key``, ``topic:partition=offset,...;...``), so a run is never requested twice for the
 same data.
 
-``<p>_speed_layer_lag`` observes the speed layer (a service, not an op). Every minute it
-reads the committed offsets of the speed layer's consumer group on the source topics
+``<p>_speed_layer_lag`` observes the speed layer (a service, not an op). Every minute it reads
+it (:mod:`pipelines.dagster.speed_probe`): the speed service's ``/metrics`` when
+``$DUET_SPEED_SERVER_<NAME>`` names it (``duet speed --follow --server HOST:PORT``; the
+pipeline's name upper-cased), else the committed offsets of the speed layer's consumer group
 (``p.service_app_id``, ``duet-<name>-service`` as run by ``duet speed``; override with
-``$DUET_SPEED_APPLICATION_ID_<NAME>``, the pipeline's name upper-cased), compares them with
-the end offsets, and records an ``AssetObservation`` of ``[<p>, speed_layer]`` with the lag
-per topic (records).
+``$DUET_SPEED_APPLICATION_ID_<NAME>``) against the end offsets of the source topics. It
+records an ``AssetObservation`` of ``[<p>, speed_layer]`` (lag per topic and in total, in
+records; from a service also its state, process rate in records/s, threads and when it was
+last seen, kept in the sensor's cursor while it does not answer) and an evaluation of the
+``speed_lag`` check (:func:`pipelines.dagster.checks.speed_lag_check`): failed when the
+service is down or the lag is above ``$DUET_SPEED_MAX_LAG_<NAME>`` records (default 10,000).
 
-Both need a configured cluster (``KafkaResource`` with ``bootstrap_servers`` or
-``$KAFKA_BOOTSTRAP_SERVERS``); otherwise they skip (``SkipReason``), as when it is down.
+The consumer-group reading and ``new_kafka_data`` need a configured cluster (``KafkaResource``
+with ``bootstrap_servers`` or ``$KAFKA_BOOTSTRAP_SERVERS``); without one (and without a
+service for the lag sensor) they skip (``SkipReason``), as when the cluster is down.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
-import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +32,18 @@ import dagster as dg
 from pipelines.dagster.keys import sensor_name, speed_key
 from pipelines.dagster.partitions import last_partition
 from pipelines.dagster.resources import BOOTSTRAP_ENV, KafkaResource, LakeResource
+from pipelines.dagster.speed_probe import (
+    SPEED_CHECK_NAME,
+    app_id_env,
+    as_cursor,
+    consumer_lag,
+    cursor_last_seen,
+    lag_check,
+    max_lag_records,
+    observation_metadata,
+    read_speed,
+    server_env,
+)
 from pipelines.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -36,33 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["consumer_lag", "pending_records", "new_kafka_data", "speed_layer_lag", "app_id_env"]
 
 _NO_CLUSTER = f"no Kafka cluster configured (set {BOOTSTRAP_ENV})"
-
-
-def app_id_env(p: Pipeline) -> str:
-    """``DUET_SPEED_APPLICATION_ID_<NAME>``: overrides the consumer group the lag sensor of
-    ``p`` observes."""
-    return f"DUET_SPEED_APPLICATION_ID_{p.name.upper()}"
-
-
-def consumer_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]:
-    """``{topic: end offset - committed offset}`` (records) summed over partitions (a
-    partition without a committed offset counts from its start)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from speed_layer.runtime.admin import end_offsets
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "client.id": f"duet-lag-{uuid.uuid4().hex[:6]}"})
-    try:
-        out: dict[str, int] = {}
-        for topic in topics:
-            ends = end_offsets(bootstrap, topic)
-            committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
-            done = {tp.partition: max(0, tp.offset) for tp in committed}
-            out[topic] = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
-        return out
-    finally:
-        consumer.close()
 
 
 def pending_records(bootstrap: str, lake: str | Path,
@@ -89,30 +78,41 @@ def pending_records(bootstrap: str, lake: str | Path,
     return pending, ends_by_topic
 
 
-def speed_layer_lag(p: Pipeline) -> dg.SensorDefinition:
-    """``<p>_speed_layer_lag``: records the lag of ``p``'s speed layer as an observation of
-    ``[<p>, speed_layer]`` (metadata ``lag_<topic>``, ``lag_total``, ``application_id``)."""
+def speed_layer_lag(p: Pipeline, max_lag: int | None = None) -> dg.SensorDefinition:
+    """``<p>_speed_layer_lag``: an observation of ``[<p>, speed_layer]`` and an evaluation of
+    its ``speed_lag`` check at each tick (see the module docstring). ``max_lag``: the lag bound
+    (records) when ``$DUET_SPEED_MAX_LAG_<NAME>`` is unset (else 10,000)."""
     topics = list(p.input_topics)
 
     @dg.sensor(
         name=sensor_name(p, "speed_layer_lag"),
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Observes the consumer lag of the speed layer of `{p.name}` on {', '.join(topics)}.",
+        description=f"Observes the speed layer of `{p.name}`: its service's /metrics (${server_env(p)}), else the "
+        f"consumer lag on {', '.join(topics)}; evaluates its `{SPEED_CHECK_NAME}` check.",
     )
     def _lag(context: dg.SensorEvaluationContext, kafka: KafkaResource) -> dg.SensorResult | dg.SkipReason:
-        bootstrap = kafka.configured_bootstrap()
-        if not bootstrap:
-            return dg.SkipReason(_NO_CLUSTER)
-        group = os.environ.get(app_id_env(p), "").strip() or p.service_app_id
         try:
-            lag = consumer_lag(bootstrap, group, topics)
+            bound = max_lag_records(p, max_lag)
+        except ValueError as exc:
+            return dg.SkipReason(str(exc))
+        try:
+            reading = read_speed(p, kafka.configured_bootstrap())
         except Exception as exc:  # the cluster may be down: report, do not crash the daemon
-            return dg.SkipReason(f"cannot read offsets from {bootstrap}: {exc}")
-        metadata: dict[str, object] = {f"lag_{t}": dg.MetadataValue.int(n) for t, n in lag.items()}
-        metadata["lag_total"] = dg.MetadataValue.int(sum(lag.values()))
-        metadata["application_id"] = dg.MetadataValue.text(group)
-        return dg.SensorResult(asset_events=[dg.AssetObservation(asset_key=speed_key(p), metadata=metadata)])
+            return dg.SkipReason(f"cannot read offsets from {kafka.configured_bootstrap()}: {exc}")
+        if reading is None:
+            return dg.SkipReason(f"{_NO_CLUSTER} and no speed service (set {server_env(p)})")
+        last_seen = reading.seen_at if reading.seen_at is not None else cursor_last_seen(context.cursor)
+        passed, why, check_md = lag_check(reading, bound)
+        if not passed:
+            context.log.warning(f"{p.name} speed layer: {why}")
+        events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = [
+            dg.AssetObservation(asset_key=speed_key(p), metadata=observation_metadata(reading, last_seen)),
+            dg.AssetCheckEvaluation(asset_key=speed_key(p), check_name=SPEED_CHECK_NAME, passed=passed,
+                                    metadata=check_md, description=why),
+        ]
+        return dg.SensorResult(asset_events=events,
+                               cursor=as_cursor({"last_seen": last_seen}) if last_seen is not None else context.cursor)
 
     return _lag
 

@@ -57,9 +57,10 @@ def test_asset_graph(defs: dg.Definitions) -> None:
     assert graph.get(_key("flights", "topic_flights")).group_name == "flights_kafka"
     pub = {k.to_user_string() for k in graph.get(_key("shop", "serving_publish")).parent_keys}
     assert pub == {f"shop/view_{v}" for v in shop.view_names} | {"shop/speed_layer"}
-    # one blocking GX check per view of each pipeline
+    # one blocking GX check per view of each pipeline, and the speed layer's lag check
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
-    assert checks == {(f"{p.name}/view_{v}", "gx_suite") for p in (flights, shop) for v in p.view_names}
+    assert checks == {(f"{p.name}/view_{v}", "gx_suite") for p in (flights, shop) for v in p.view_names} | \
+        {(f"{p.name}/speed_layer", "speed_lag") for p in (flights, shop)}
 
 
 def test_descriptions_come_from_the_declaration(defs: dg.Definitions) -> None:
