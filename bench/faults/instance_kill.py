@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.faults.outputs import committed_values
+from bench.faults.outputs import QUIET, committed_values
 
 PARTITIONS = 6
 INSTANCES = 3
@@ -74,8 +74,13 @@ def build_topology(name: str) -> Any:
 
 
 def worker(bootstrap: str, name: str, state_dir: str, guarantee: str) -> None:
-    """One instance: runs until SIGTERM (clean close) or SIGKILL."""
+    """One instance: runs until SIGTERM (clean close) or SIGKILL. A crash of the
+    interpreter (SIGSEGV, SIGABRT) prints every thread's stack to the instance's log."""
+    import faulthandler
+
     from speed_layer import KafkaStreams
+
+    faulthandler.enable()
 
     streams = KafkaStreams(build_topology(name), {
         "application.id": name, "bootstrap.servers": bootstrap, "processing.guarantee": guarantee,
@@ -89,7 +94,7 @@ def worker(bootstrap: str, name: str, state_dir: str, guarantee: str) -> None:
     sys.exit(0 if streams.state == "NOT_RUNNING" else 1)
 
 
-def _spawn(bootstrap: str, name: str, state_dir: Path, guarantee: str, log: Path) -> subprocess.Popen[bytes]:
+def spawn_instance(bootstrap: str, name: str, state_dir: Path, guarantee: str, log: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "bench.faults.instance_kill", "--worker", "--bootstrap", bootstrap, "--name", name,
            "--state-dir", str(state_dir), "--guarantee", guarantee]
     root = Path(__file__).resolve().parents[2]
@@ -98,21 +103,41 @@ def _spawn(bootstrap: str, name: str, state_dir: Path, guarantee: str, log: Path
         return subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _lag(bootstrap: str, name: str) -> int | None:
+def committed_input(bootstrap: str, name: str) -> dict[int, int] | None:
+    """``{partition: offset}`` the group ``name`` committed on ``<name>-in`` (None: unknown,
+    e.g. while the group rebalances or a broker is away).
+
+    Read by a consumer of the group that never subscribes (an OffsetFetch, no join), as
+    ``kafka-consumer-groups --describe`` does.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from speed_layer.runtime.admin import topic_partitions
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False,
+                         "logger": QUIET})
+    try:
+        count = topic_partitions(bootstrap, f"{name}-in") or 0
+        tps = consumer.committed([TopicPartition(f"{name}-in", p) for p in range(count)], timeout=10)
+    except Exception:  # noqa: BLE001 - unknown for now; the caller asks again
+        return None
+    finally:
+        consumer.close()
+    return {tp.partition: max(0, tp.offset) for tp in tps}
+
+
+def input_lag(bootstrap: str, name: str) -> int | None:
     """Records of the input not yet committed by the group (None: unknown)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from speed_layer.runtime.admin import end_offsets
 
-    from speed_layer.runtime.admin import admin_client, end_offsets
-
+    committed = committed_input(bootstrap, name)
     try:
         ends = end_offsets(bootstrap, f"{name}-in")
-        admin = admin_client(bootstrap)
-        req = ConsumerGroupTopicPartitions(name, [TopicPartition(f"{name}-in", p) for p in ends])
-        res = admin.list_consumer_group_offsets([req])[name].result()
-    except Exception:  # noqa: BLE001 - the group may be rebalancing: unknown for now
+    except Exception:  # noqa: BLE001 - a broker may be away: unknown for now
         return None
-    committed = {tp.partition: tp.offset for tp in res.topic_partitions}
-    return sum(max(0, e - max(0, committed.get(p, 0))) for p, e in ends.items())
+    if committed is None:
+        return None
+    return sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
 
 
 def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float = 1000.0,
@@ -128,7 +153,7 @@ def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float 
     rng = random.Random(seed)
     logs = work_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    procs = [_spawn(bootstrap, name, work_dir / f"state-{i}", guarantee, logs / f"instance-{i}.log") for i in range(INSTANCES)]
+    procs = [spawn_instance(bootstrap, name, work_dir / f"state-{i}", guarantee, logs / f"instance-{i}.log") for i in range(INSTANCES)]
     expected: Counter[str] = Counter()
     done = threading.Event()
 
@@ -155,16 +180,16 @@ def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float 
             procs[i].send_signal(signal.SIGKILL)
             procs[i].wait()
             time.sleep(0.5)
-            procs[i] = _spawn(bootstrap, name, work_dir / f"state-{i}", guarantee, logs / f"instance-{i}.log")
+            procs[i] = spawn_instance(bootstrap, name, work_dir / f"state-{i}", guarantee, logs / f"instance-{i}.log")
         time.sleep(kill_every_s)
         done.set()
         feeder.join(120)
         report.records = sum(expected.values())
         t0 = time.monotonic()
         deadline = t0 + 240
-        while _lag(bootstrap, name) != 0:
+        while input_lag(bootstrap, name) != 0:
             if time.monotonic() > deadline:
-                report.errors.append(f"input not fully committed after 240 s (lag {_lag(bootstrap, name)})")
+                report.errors.append(f"input not fully committed after 240 s (lag {input_lag(bootstrap, name)})")
                 break
             time.sleep(1)
         report.caught_up_s = time.monotonic() - t0

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any
+
+#: a logger for the librdkafka clients of the fault runs (their load and probes): refused
+#: connections while a node is down are the point of the run, not news
+QUIET = logging.getLogger("bench.faults.clients")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
 
 
 def committed_values(bootstrap: str, topic: str, timeout_s: float = 120) -> dict[str, list[Any]]:
