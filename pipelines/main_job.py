@@ -33,12 +33,15 @@ A second run on the same lake and broker therefore computes exactly what the fir
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipelines.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter
@@ -68,6 +71,9 @@ if TYPE_CHECKING:
 #: the job and its summary; each phase is imported from where it is defined
 #: (``pipelines.steps``, ``pipelines.serving_steps``)
 __all__ = ["RunOptions", "RunSummary", "run_main_job", "summary_dict"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,9 @@ class RunSummary:
 
 
 class _Timer:
-    def __init__(self) -> None:
+    def __init__(self, on_phase: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.on_phase = on_phase
 
     def phase(self, name: str) -> _Phase:
         return _Phase(self, name)
@@ -170,10 +177,49 @@ class _Phase:
         self.timer, self.name = timer, name
 
     def __enter__(self) -> None:
+        if self.timer.on_phase is not None:
+            self.timer.on_phase(self.name)
         self.t0 = time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
         self.timer.seconds[self.name] = time.monotonic() - self.t0
+
+
+def _in_background(name: str, fn: Callable[..., _T], *args: Any) -> Future[_T]:
+    """``fn(*args)`` on a daemon thread: its future. Nothing waits for the thread but its
+    future's reader: on Ctrl-C the command exits at once, even while the Spark JVM is still
+    starting (a JVM whose Python driver is gone exits by itself: pyspark's gateway reads its
+    stdin until the driver closes it)."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to the future's reader
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=f"duet-run-{name}", daemon=True).start()
+    return future
+
+
+@contextlib.contextmanager
+def _stop_spark_on_interrupt(spark_future: Future[SparkSession]) -> Iterator[None]:
+    """On Ctrl-C, stop the SparkSession ``spark_future`` gives as soon as it is up."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        spark_future.add_done_callback(_stop_session)
+        raise
+
+
+def _stop_session(future: Future[SparkSession]) -> None:
+    """Stop the SparkSession ``future`` holds (nothing if its start failed or was cancelled)."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    log.info("Ctrl-C: stopping the SparkSession")
+    future.result().stop()  # get_spark() starts a new one after this
 
 
 def _read_speed_side(pipeline: Pipeline, bootstrap: str) -> dict[str, Any]:
@@ -191,6 +237,7 @@ def run_main_job(
     options: RunOptions,
     reporter: Reporter | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run every phase of ``duet run`` of ``pipeline`` against ``bootstrap`` (see the module
     docstring).
@@ -198,6 +245,12 @@ def run_main_job(
     ``spark_factory`` returns the SparkSession (default ``batch_layer.spark.get_spark``); it
     is called in a background thread when the speed phase starts (the JVM starts meanwhile).
     The speed views are read back from Kafka in the background during the batch phase.
+    ``on_phase`` is called with each phase's name as it starts (``reset``, ``load``,
+    ``speed``, ``ingest``, ``batch``, ``publish``, ``checks``, ``agreement``, ``summary``).
+
+    Ctrl-C (``KeyboardInterrupt``) propagates at once: the background work (the Spark start,
+    the speed views' read) runs on daemon threads nobody waits for, and the SparkSession is
+    stopped as soon as it is up (a JVM still starting ends with this process).
 
     Raises:
         TimeoutError, SpeedLayerFailed: from :func:`run_speed`; any error of the Spark
@@ -208,7 +261,7 @@ def run_main_job(
     rep = reporter or NullReporter()
     lake = options.lake
     load = options.load and pipeline.sample is not None
-    timer = _Timer()
+    timer = _Timer(on_phase)
     with timer.phase("reset"):
         reset_pipeline(pipeline, bootstrap, lake, inputs=load)
         ensure_pipeline_topics(pipeline, bootstrap)
@@ -230,11 +283,11 @@ def run_main_job(
         from batch_layer.spark import get_spark
 
         spark_factory = get_spark
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="duet-run") as pool:
-        # the Spark JVM starts while the speed layer runs (a Python process bound to one
-        # core by the GIL leaves room on a second core), and the speed views are read back
-        # from Kafka while Spark computes the batch views
-        spark_future = pool.submit(spark_factory)
+    # the Spark JVM starts while the speed layer runs (a Python process bound to one core by
+    # the GIL leaves room on a second core), and the speed views are read back from Kafka
+    # while Spark computes the batch views
+    spark_future = _in_background("spark", spark_factory)
+    with _stop_spark_on_interrupt(spark_future):
         with timer.phase("speed"):
             speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
         records_in = input_record_count(bootstrap, pipeline.input_topics)
@@ -243,7 +296,7 @@ def run_main_job(
 
         with timer.phase("ingest"):
             ingested = ingest(bootstrap, lake, pipeline.archived_topics, reporter=rep)
-        speed_future = pool.submit(_read_speed_side, pipeline, bootstrap)
+        speed_future = _in_background("speed-views", _read_speed_side, pipeline, bootstrap)
         with timer.phase("batch"):
             batch = run_batch_layer(pipeline, spark_future.result(), lake, reporter=rep)
         batch.ingested = ingested
@@ -258,13 +311,15 @@ def run_main_job(
             batch_frames = read_batch_views(pipeline, lake)
             windows = publish_views(pipeline, lake, batch_frames, speed_frames)
             rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
-    with timer.phase("checks"):
-        quality = run_checks(pipeline, lake, reporter=rep, frames=batch_frames)
-    with timer.phase("agreement"):
-        reports, excluded = compare_layers(
-            pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
-        )
-    highlights = pipeline.highlights(lake) if pipeline.highlights is not None else None
+        with timer.phase("checks"):
+            quality = run_checks(pipeline, lake, reporter=rep, frames=batch_frames)
+        with timer.phase("agreement"):
+            reports, excluded = compare_layers(
+                pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
+            )
+        if on_phase is not None:
+            on_phase("summary")
+        highlights = pipeline.highlights(lake) if pipeline.highlights is not None else None
 
     return RunSummary(
         pipeline=pipeline.name,
