@@ -1,0 +1,125 @@
+"""The lake lock (:mod:`pipelines.lake_lock`): one writer per pipeline folder of the lake.
+
+In-process and with real holder processes (``flock`` is per open file, so a second
+``LakeLock`` of the same process is a second writer too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines.lake_lock import LOCK_FILE, LakeBusy, LakeLock, LockHolder, command_line, lock_holder
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from pipelines.lake_lock import LakeLock
+with LakeLock(Path(sys.argv[1]), "duet run --limit 20000"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the lock of ``tmp_path / "lake" / "flights"`` (killed at the end)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "lake" / "flights")], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+# --------------------------------------------------------------------------- the lock itself
+def test_the_lock_names_its_holder_and_goes_away_on_release(tmp_path: Path) -> None:
+    folder = tmp_path / "lake" / "flights"
+    lock = LakeLock(folder, "duet run --limit 20000")
+    me = lock.acquire()
+    doc = json.loads((folder / LOCK_FILE).read_text())
+    assert doc == {"pid": os.getpid(), "host": me.host, "command": "duet run --limit 20000", "since": me.since}
+    assert lock_holder(folder) == me
+    lock.release()
+    assert not (folder / LOCK_FILE).exists()
+    assert not folder.exists()  # the lock made the folder and left nothing in it
+    assert lock_holder(folder) is None
+
+
+def test_a_second_writer_fails_at_once_naming_the_first(tmp_path: Path) -> None:
+    folder = tmp_path / "flights"
+    with LakeLock(folder, "duet run --limit 20000"):
+        start = time.monotonic()
+        with pytest.raises(LakeBusy) as err:
+            LakeLock(folder, "duet batch").acquire()
+        assert time.monotonic() - start < 1
+    message = str(err.value)
+    assert message.startswith(f"{folder} is in use by `duet run --limit 20000` (pid {os.getpid()} on ")
+    assert "since " in message and "wait until it ends, or stop it" in message
+    assert "\n" not in message
+
+
+def test_a_holder_in_another_process(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
+    folder = tmp_path / "lake" / "flights"
+    with pytest.raises(LakeBusy, match=f"`duet run --limit 20000` \\(pid {holder.pid} on "):
+        LakeLock(folder, "duet run").acquire()
+    assert lock_holder(folder) is not None and lock_holder(folder).pid == holder.pid  # type: ignore[union-attr]
+
+
+def test_a_killed_holder_leaves_a_stale_lock_that_is_taken_over(tmp_path: Path,
+                                                               holder: subprocess.Popen[str]) -> None:
+    """``kill -9`` leaves the file; the kernel dropped the ``flock``: the next writer takes it
+    over with one warning naming the dead holder."""
+    folder = tmp_path / "lake" / "flights"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (folder / LOCK_FILE).exists() and lock_holder(folder) is None
+    warnings: list[str] = []
+    with LakeLock(folder, "duet batch", warn=warnings.append) as lock:
+        assert lock.held
+        assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"taking over the stale lake lock of `duet run --limit 20000` (pid {holder.pid} ")
+    assert warnings[0].endswith("that process is gone")
+    assert folder.is_dir()  # the holder made it, not us: kept
+
+
+def test_a_stale_lock_file_naming_a_dead_pid(tmp_path: Path) -> None:
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    stale = LockHolder(pid=dead_pid(), host="elsewhere", command="duet load", since=time.time() - 7200)
+    (folder / LOCK_FILE).write_text(stale.to_json())
+    warnings: list[str] = []
+    with LakeLock(folder, "duet run", warn=warnings.append):
+        pass
+    assert warnings == [f"taking over the stale lake lock of {stale.describe()} in {folder}: that process is gone"]
+    assert "2.0 h ago" in warnings[0]
+
+
+def test_the_lock_is_released_after_an_exception(tmp_path: Path) -> None:
+    folder = tmp_path / "flights"
+    with pytest.raises(RuntimeError, match="boom"), LakeLock(folder, "duet batch"):
+        raise RuntimeError("boom")
+    assert not (folder / LOCK_FILE).exists()
+    with LakeLock(folder, "duet batch"):  # free again, no stale warning
+        pass
+
+
+def test_the_command_line_reads_as_typed() -> None:
+    assert command_line(["/x/.venv/bin/duet", "run", "--limit", "20000"]) == "duet run --limit 20000"
+    assert command_line(["/x/pipelines/cli.py", "ui", "--lake", "my lake"]) == "duet ui --lake 'my lake'"
