@@ -517,14 +517,7 @@ class EmbeddedKafka:
         leaderships over), keeping its data and ports for :meth:`restart`, as one step of a
         rolling restart; SIGKILL after ``timeout_s`` seconds."""
         with self._lock:
-            proc = self._proc
-            if proc is None:
-                return
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=timeout_s)
+            self._end(signal.SIGTERM, timeout_s)
             self._kill()
 
     def restart(self, timeout_s: float = 60) -> str:
@@ -548,15 +541,20 @@ class EmbeddedKafka:
             raise RuntimeError("EmbeddedKafka is not running")
         os.kill(self._proc.pid, sig)
 
+    def _end(self, sig: int, timeout_s: float) -> None:
+        """Send ``sig`` to a running JVM and wait up to ``timeout_s`` seconds for its exit."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=timeout_s)
+
     def _kill(self) -> None:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        self._end(signal.SIGKILL, 10)
         self.last_exit_code = proc.returncode
         self._proc = None
         self._release_launcher()

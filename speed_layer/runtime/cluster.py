@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -202,16 +203,13 @@ class EmbeddedKafkaCluster:
             TimeoutError: no leader was known within ``timeout_s`` seconds.
         """
         admin = self._admin()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(Exception):  # KafkaException while a leader moves
-                md = admin.list_topics(topic, timeout=5)  # type: ignore[attr-defined]
-                leader = md.topics[topic].partitions[partition].leader
-                if leader >= 0:
-                    return int(leader)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no leader for {topic}-{partition} within {timeout_s} s")
-            time.sleep(0.2)
+
+        def leader() -> int | None:
+            md = admin.list_topics(topic, timeout=5)  # type: ignore[attr-defined]
+            node = md.topics[topic].partitions[partition].leader
+            return int(node) if node >= 0 else None
+
+        return _poll(leader, timeout_s, f"no leader for {topic}-{partition}")
 
     def coordinator_of(self, group_id: str, timeout_s: float = 30) -> int:
         """Node id of the group coordinator of ``group_id`` (the consumer group's broker).
@@ -220,14 +218,12 @@ class EmbeddedKafkaCluster:
             TimeoutError: it was not known within ``timeout_s`` seconds.
         """
         admin = self._admin()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(Exception):  # KafkaException while the coordinator moves
-                futures = admin.describe_consumer_groups([group_id], request_timeout=5)  # type: ignore[attr-defined]
-                return int(futures[group_id].result(timeout=10).coordinator.id)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no coordinator for group {group_id} within {timeout_s} s")
-            time.sleep(0.2)
+
+        def coordinator() -> int:
+            futures = admin.describe_consumer_groups([group_id], request_timeout=5)  # type: ignore[attr-defined]
+            return int(futures[group_id].result(timeout=10).coordinator.id)
+
+        return _poll(coordinator, timeout_s, f"no coordinator for group {group_id}")
 
     def under_replicated(self) -> list[str]:
         """``topic-partition`` of every partition whose in-sync replicas are fewer than its
@@ -263,3 +259,21 @@ class EmbeddedKafkaCluster:
 
     def __repr__(self) -> str:
         return f"EmbeddedKafkaCluster({self.size} nodes, {self._bootstrap or 'stopped'})"
+
+
+def _poll(ask: Callable[[], int | None], timeout_s: float, failure: str) -> int:
+    """``ask()`` every 0.2 s until it answers (an error or None counts as not yet: leaders
+    and coordinators move while nodes die).
+
+    Raises:
+        TimeoutError: ``failure``, after ``timeout_s`` seconds without an answer.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(Exception):  # KafkaException, TimeoutError while it moves
+            answer = ask()
+            if answer is not None:
+                return answer
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{failure} within {timeout_s} s")
+        time.sleep(0.2)
