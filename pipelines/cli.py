@@ -26,8 +26,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pipelines.cli_support import (
-    BootstrapOpt, LakeOpt, LimitOpt, PipelineOpt, app, cluster, make_console, pipeline_and_lake,
-    reporter, setup_logging, stdout_to_stderr, user_errors,
+    BootstrapOpt, LakeOpt, LimitOpt, PipelineOpt, PhaseReporter, Phases, app, cluster, interrupts, lake_locks,
+    lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr, stop_spark_session,
+    user_errors,
 )
 
 # --------------------------------------------------------------------------- run
@@ -54,26 +55,34 @@ def run(
     """The main job on the pipeline: load its sample data, speed layer, ingest, batch layer,
     merge, checks, agreement, summary.
 
-    Each run resets what the pipeline owns (its topics on the broker and its tables in the
-    lake) and uses a fresh application.id, so repeated runs give the same result. A pipeline
-    without sample data runs on what its topics hold. Exit code 0 only if every check passed
-    and speed and batch agree on every closed window (windows touched by records dropped as
-    late excepted); 1 otherwise; 2 if a phase failed.
+    Each run rebuilds from scratch, without asking: it resets what the pipeline owns (its
+    topics on the broker and its tables in the lake) and uses a fresh application.id, so
+    repeated runs give the same result. It holds the lake lock while it runs (a second writer
+    of the same lake fails at once, naming it). A pipeline without sample data runs on what
+    its topics hold. Exit code 0 only if every check passed and speed and batch agree on every
+    closed window (windows touched by records dropped as late excepted); 1 otherwise; 2 if a
+    phase failed; 130 on Ctrl-C (one line: the phase interrupted and what is kept).
     """
     setup_logging(verbose)
     from pipelines.main_job import RunOptions, run_main_job
     from pipelines.summary import print_summary
 
     console = make_console(stderr=json_out)
+    phases = Phases("run", console)
     redirect = stdout_to_stderr() if json_out else contextlib.nullcontext(None)
-    with redirect as real_stdout:
+    pipeline_lake: Path | None = None
+    with interrupts("run", lambda: _run_kept(phases, pipeline_lake)), redirect as real_stdout:
         with user_errors("run", verbose):
             pipeline, pipeline_lake = pipeline_and_lake(pipeline_ref, lake)
         options = RunOptions(lake=pipeline_lake, limit=limit, load=not no_load, backlog=backlog,
                              speed_timeout_s=timeout)
-        with user_errors("run", verbose), cluster(bootstrap, console) as (servers, _embedded), \
-                reporter(console) as rep:
-            summary = run_main_job(pipeline, servers, options, rep)
+        with user_errors("run", verbose), lake_locks("run", [pipeline_lake]), \
+                cluster(bootstrap, console, phases) as (servers, _embedded), reporter(console) as rep:
+            previous = lake_tables(pipeline_lake)
+            if previous:
+                console.print(f"duet run: rebuilding {pipeline_lake}: the previous run's tables "
+                              f"({', '.join(previous)}) are replaced", soft_wrap=True)
+            summary = run_main_job(pipeline, servers, options, rep, on_phase=phases.enter)
         if json_out:
             real_stdout.write(json.dumps(summary.to_json(), default=str) + "\n")
         else:
@@ -81,30 +90,70 @@ def run(
     raise typer.Exit(0 if summary.ok else 1)
 
 
+#: what the pipeline's lake folder holds when ``duet run`` is interrupted in each phase
+_RUN_LAKE_KEPT = {
+    "reset": "the previous run's tables may be partly deleted",
+    "load": "the previous run's tables were deleted",
+    "speed": "the previous run's tables were deleted",
+    "ingest": "the raw tables archived so far are kept",
+    "batch": "the raw tables are kept, the batch views are incomplete",
+    "publish": "the raw tables and the batch views are kept, the serving views are incomplete",
+    "checks": "the raw tables, the batch and the serving views are kept, the quality results are incomplete",
+    "agreement": "every table is kept",
+    "summary": "every table is kept",
+}
+
+
+def _run_kept(phases: Phases, lake: Path | None) -> str:
+    """What ``duet run`` interrupted and what is kept, for :func:`interrupts`."""
+    if phases.current not in _RUN_LAKE_KEPT:
+        return "before the run started: nothing was changed"
+    topics = phases.topics_kept()
+    if phases.current == "reset" and phases.kafka is not None and not phases.kafka[1]:
+        topics = f"the topics on {phases.kafka[0]} may be partly deleted"
+    return (f"during the {phases.current} phase: {topics}; in {lake}: {_RUN_LAKE_KEPT[phases.current]}; "
+            "run `duet run` again to rebuild")
+
+
 # --------------------------------------------------------------------------- load
 @app.command()
 def load(
     pipeline_ref: PipelineOpt = None,
+    lake: LakeOpt = None,
     bootstrap: BootstrapOpt = None,
     limit: LimitOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """Produce the pipeline's sample data into Kafka: its tables, then its events in arrival
     order.
-    Appends: loading twice produces every record twice."""
+    Appends: loading twice produces every record twice. Holds the pipeline's lake lock while
+    it loads (`duet run` resets these topics), though it writes no table."""
     setup_logging(verbose)
     from pipelines.steps import load_data
 
     console = make_console()
-    with user_errors("load", verbose):
-        pipeline, _ = pipeline_and_lake(pipeline_ref, None)
-        pipeline.require_sample()  # fails at once, before a broker starts, without sample data
-    with user_errors("load", verbose), cluster(bootstrap, console) as (servers, embedded):
-        if embedded:
-            console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
-        with reporter(console) as rep:
-            counts = load_data(pipeline, servers, limit, rep)
+    phases = Phases("load", console, first="load")
+    with interrupts("load", lambda: _load_kept(phases)):
+        with user_errors("load", verbose):
+            pipeline, pipeline_lake = pipeline_and_lake(pipeline_ref, lake)
+            pipeline.require_sample()  # fails at once, before a broker starts, without sample data
+        with user_errors("load", verbose), lake_locks("load", [pipeline_lake]), \
+                cluster(bootstrap, console, phases) as (servers, embedded):
+            if embedded:
+                console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
+            with reporter(console) as rep:
+                counts = load_data(pipeline, servers, limit, rep)
     console.print(", ".join(f"{t}: {n:,}" for t, n in counts.items()))
+
+
+def _load_kept(phases: Phases) -> str:
+    """What an interrupted ``duet load`` keeps, for :func:`interrupts`."""
+    if phases.kafka is None:
+        return "before loading anything"
+    if phases.kafka[1]:
+        return f"while loading: nothing is kept ({phases.topics_kept()})"
+    return (f"while loading: the records produced so far stay in the topics on {phases.kafka[0]} (loading again "
+            "appends them once more)")
 
 
 # --------------------------------------------------------------------------- speed
@@ -133,10 +182,11 @@ def speed(
 
     del lake  # the speed layer writes Kafka topics and local state only
     console = make_console()
-    with user_errors("speed", verbose):
+    phases = Phases("speed", console, first="speed")
+    with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose):
         pipeline, _ = pipeline_and_lake(pipeline_ref, None)
-    with user_errors("speed", verbose), cluster(bootstrap, console) as (servers, embedded), \
-            reporter(console) as rep:
+    with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose), \
+            cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as rep:
         ensure_pipeline_topics(pipeline, servers)
         feed = None
         if embedded and pipeline.sample is not None:  # an empty broker: replay the sample live
@@ -155,6 +205,15 @@ def speed(
         f"{stats.records_per_s:,.0f} records/s, {stats.dropped_late:,} dropped as late, "
         f"{stats.dead_lettered:,} dead-lettered"
     )
+
+
+def _speed_kept(phases: Phases) -> str:
+    """What an interrupted ``duet speed`` keeps, for :func:`interrupts`."""
+    if phases.kafka is None:
+        return "before the speed layer started"
+    if phases.kafka[1]:
+        return f"the speed layer was closed; {phases.topics_kept()}"
+    return f"the speed layer was closed; what it wrote stays in the topics on {phases.kafka[0]}"
 
 
 # --------------------------------------------------------------------------- batch
@@ -185,15 +244,21 @@ def batch(
     from pipelines.serving_steps import publish_views, read_batch_views, read_speed_views, run_checks
 
     console = make_console()
-    with user_errors("batch", verbose), cluster(bootstrap, console) as (servers, embedded), \
-            reporter(console) as rep:
+    phases = Phases("batch", console)
+    with interrupts("batch", lambda: _batch_kept(phases, root), cleanup=stop_spark_session), \
+            user_errors("batch", verbose), lake_locks("batch", [root]), \
+            cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as bars:
+        rep = PhaseReporter(bars, phases)
         if embedded and pipeline.sample is not None:
             load_data(pipeline, servers, limit, rep)
         ensure_pipeline_topics(pipeline, servers)
         ingest(servers, root, pipeline.archived_topics, reporter=rep)
+        if phases.current == "ingest":  # the Spark start is the batch phase's (its bar starts after it)
+            phases.enter("batch")
         stats = run_batch_layer(pipeline, get_spark(master=master), root, reporter=rep)
         batch_frames = read_batch_views(pipeline, root)
         results = run_checks(pipeline, root, reporter=rep, frames=batch_frames)
+        phases.enter("publish")
         rows = publish_views(pipeline, root, batch_frames, read_speed_views(pipeline, servers))
     console.print(f"batch layer {stats.seconds:.1f} s, watermark {stats.watermark_ms}; published "
                   + ", ".join(f"{v} {n:,}" for v, n in rows.items()))
@@ -201,6 +266,24 @@ def batch(
     if failed:
         console.print(f"[red]checks failed[/]: {failed}")
     raise typer.Exit(1 if failed else 0)
+
+
+#: what the pipeline's lake folder holds when ``duet batch`` is interrupted in each phase
+_BATCH_LAKE_KEPT = {
+    "load": "nothing was written",
+    "ingest": "the raw tables keep what was archived so far (the next `duet batch` continues from there)",
+    "batch": "the raw tables are kept, the batch views may be incomplete",
+    "checks": "the raw tables and the batch views are kept, the quality results may be incomplete",
+    "publish": "the raw tables and the batch views are kept, the serving views may be incomplete",
+}
+
+
+def _batch_kept(phases: Phases, lake: Path) -> str:
+    """What an interrupted ``duet batch`` keeps, for :func:`interrupts`."""
+    if phases.current not in _BATCH_LAKE_KEPT:
+        return "before the batch started: nothing was written"
+    return (f"during the {phases.current} phase: in {lake}: {_BATCH_LAKE_KEPT[phases.current]}; run `duet batch` "
+            "again")
 
 
 # --------------------------------------------------------------------------- serve

@@ -1,22 +1,28 @@
 """What the ``duet`` commands share (:mod:`pipelines.cli`, :mod:`pipelines.cli_dagster`): the
 Typer app, the common options, the error boundary (a user's mistake is one line on stderr and
-exit status 2), the Kafka cluster of a command (the embedded broker unless one is named), and
-the pipeline a command works on with its folder of the lake."""
+exit status 2), the Ctrl-C boundary (one line saying what was interrupted and what is kept,
+exit status 130), the phase a long command is in, the lake lock of the commands that write,
+the Kafka cluster of a command (the embedded broker unless one is named), and the pipeline a
+command works on with its folder of the lake."""
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "make_console", "setup_logging", "cluster",
-           "user_errors", "stdout_to_stderr", "reporter", "pipeline_and_lake", "BOOTSTRAP_ENV"]
+__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "YesOpt", "make_console", "setup_logging",
+           "cluster", "external_bootstrap", "user_errors", "interrupts", "stop_spark_session", "Phases",
+           "PhaseReporter", "lake_locks", "lake_tables", "confirm_deletion", "stdout_to_stderr", "reporter",
+           "pipeline_and_lake", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
 
 
 def _flags_read_as_flags() -> None:
@@ -72,7 +78,14 @@ LimitOpt = Annotated[
                                 "(default: all).")
 ]
 
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a "
+                                       "terminal).")]
+
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+#: the exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
+INTERRUPTED_EXIT = 130
+#: a Ctrl-C lost in a finalizer is delivered again after this many seconds
+_REDELIVER_S = 0.05
 
 
 def make_console(stderr: bool = False) -> Any:
@@ -89,17 +102,43 @@ def setup_logging(verbose: bool) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_an_interrupt)
+
+
+def _not_an_interrupt(record: logging.LogRecord) -> bool:
+    """Drop log records of a ``KeyboardInterrupt`` or of an error it caused (py4j logs the
+    Ctrl-C that breaks a call into the JVM, and the broken socket it leaves, with their
+    tracebacks, as ERRORs): :func:`interrupts` says it in one line."""
+    exc = record.exc_info[1] if record.exc_info else None
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return True
+
+
+def external_bootstrap(bootstrap: str | None) -> str | None:
+    """The cluster a command uses: ``--bootstrap``, else ``$KAFKA_BOOTSTRAP_SERVERS``; ``None``:
+    an embedded broker (started empty by the command)."""
+    return bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip() or None
 
 
 @contextlib.contextmanager
-def cluster(bootstrap: str | None, console: Any) -> Iterator[tuple[str, bool]]:
-    """Yield ``(bootstrap servers, embedded?)``; an embedded broker is stopped on exit."""
-    external = bootstrap or os.environ.get(BOOTSTRAP_ENV, "").strip()
+def cluster(bootstrap: str | None, console: Any, phases: Phases | None = None) -> Iterator[tuple[str, bool]]:
+    """Yield ``(bootstrap servers, embedded?)``; an embedded broker is stopped on exit.
+    ``phases`` learns the cluster (for the line Ctrl-C prints)."""
+    external = external_bootstrap(bootstrap)
     if external:
         from pipelines.preflight import check_kafka_reachable
 
         with console.status(f"connecting to Kafka at {external}..."):
             check_kafka_reachable(external)
+        if phases is not None:
+            phases.kafka = (external, False)
         yield external, False
         return
     from speed_layer.runtime.broker import EmbeddedKafka
@@ -108,6 +147,8 @@ def cluster(bootstrap: str | None, console: Any) -> Iterator[tuple[str, bool]]:
         broker = EmbeddedKafka()
         broker.start()
     console.print(f"embedded Kafka broker at {broker.bootstrap_servers}")
+    if phases is not None:
+        phases.kafka = (broker.bootstrap_servers, True)
     try:
         yield broker.bootstrap_servers, True
     finally:
@@ -178,3 +219,149 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
     pipeline, project = resolve_pipeline(ref)
     return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))
 
+
+# --------------------------------------------------------------------------- Ctrl-C
+class Phases:
+    """The phase a long command is in, for the line Ctrl-C prints (:func:`interrupts`).
+
+    ``enter(phase)`` moves on; when the console is not a terminal (a log, a CI job), where no
+    progress bar is drawn until the end, it also prints ``duet <command>: <phase>...``.
+    :func:`cluster` sets ``kafka`` (servers, embedded?) once the cluster is up."""
+
+    def __init__(self, command: str, console: Any, first: str = "start") -> None:
+        self.command = command
+        self.current = first
+        self.kafka: tuple[str, bool] | None = None
+        self._console = console
+        self._announce = not console.is_terminal
+
+    def enter(self, phase: str) -> None:
+        """The command starts ``phase`` (again: nothing)."""
+        if phase == self.current:
+            return
+        self.current = phase
+        if self._announce:
+            self._console.print(f"duet {self.command}: {phase}...", soft_wrap=True)
+
+    def topics_kept(self) -> str:
+        """What Kafka keeps of the command's work: ``the topics on HOST:PORT are kept``, or that
+        the embedded broker is gone."""
+        if self.kafka is None:
+            return "Kafka was not touched"
+        servers, embedded = self.kafka
+        if embedded:
+            return "the embedded broker and its topics are gone (they live as long as the command)"
+        return f"the topics on {servers} are kept"
+
+
+class PhaseReporter:
+    """A progress :class:`~pipelines.progress.Reporter` that also moves :class:`Phases` on at the
+    start of each reported phase (``duet batch``'s ingest, batch, checks)."""
+
+    def __init__(self, inner: Any, phases: Phases) -> None:
+        self._inner, self._phases = inner, phases
+
+    def start(self, phase: str, total: float | None = None) -> None:  # noqa: D102
+        self._phases.enter(phase)
+        self._inner.start(phase, total)
+
+    def update(self, phase: str, completed: float, total: float | None = None, info: str = "") -> None:  # noqa: D102
+        self._inner.update(phase, completed, total, info)
+
+    def finish(self, phase: str, info: str = "") -> None:  # noqa: D102
+        self._inner.finish(phase, info)
+
+    def log(self, message: str) -> None:  # noqa: D102
+        self._inner.log(message)
+
+
+@contextlib.contextmanager
+def interrupts(command: str, kept: Callable[[], str], cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+    """The CLI's Ctrl-C boundary, outside every context that cleans up (broker, lock, stdout):
+    a ``KeyboardInterrupt`` becomes one line on stderr, ``duet <command>: interrupted <kept()>``
+    (what was interrupted and what is kept), and exit status 130, never a traceback.
+    ``cleanup`` runs first (``duet batch`` stops its SparkSession there)."""
+    from rich.markup import escape
+
+    previous_hook = sys.unraisablehook
+
+    def redeliver(unraisable: Any) -> None:
+        """Python raises the ``KeyboardInterrupt`` of Ctrl-C in whatever Python code runs when
+        the signal is handled; in a finalizer (a ``__del__``, a weakref callback during a
+        garbage collection) it cannot propagate and would be lost: deliver it again, a moment
+        later (at once, it would be raised in this hook, and lost again)."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            again = threading.Timer(_REDELIVER_S, _thread.interrupt_main)
+            again.daemon = True
+            again.start()
+            return
+        previous_hook(unraisable)
+
+    sys.unraisablehook = redeliver
+    try:
+        yield
+    except KeyboardInterrupt:
+        if cleanup is not None:
+            cleanup()
+        make_console(stderr=True).print(f"[bold yellow]duet {command}[/]: interrupted {escape(kept())}",
+                                        soft_wrap=True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    finally:
+        sys.unraisablehook = previous_hook
+
+
+def stop_spark_session() -> None:
+    """Stop this process's SparkSession, if one was started (its JVM ends with it)."""
+    if "batch_layer.spark" not in sys.modules:
+        return
+    from batch_layer.spark import stop_spark
+
+    stop_spark()
+
+
+# --------------------------------------------------------------------------- the lake lock
+@contextlib.contextmanager
+def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
+    """Hold the lake lock (:mod:`pipelines.lake_lock`) of each pipeline folder in ``folders``
+    for the block; the second writer fails with :class:`~pipelines.lake_lock.LakeBusy` (one
+    line naming the first). A stale lock is taken over with a one-line warning."""
+    from rich.markup import escape
+
+    from pipelines.lake_lock import LakeLock, command_line
+
+    err = make_console(stderr=True)
+
+    def warn(message: str) -> None:
+        err.print(f"[yellow]duet {command}[/]: {escape(message)}", soft_wrap=True)
+
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            stack.enter_context(LakeLock(folder, command_line(), warn=warn))
+        yield
+
+
+def lake_tables(folder: Path) -> list[str]:
+    """The parts of a pipeline's lake folder that hold tables (``raw``, ``views``, ``serving``,
+    ``quality``), those present and not empty."""
+    return [part for part in ("raw", "views", "serving", "quality")
+            if (folder / part).is_dir() and any((folder / part).iterdir())]
+
+
+def confirm_deletion(command: str, flag: str, doomed: Sequence[str], yes: bool) -> None:
+    """Ask before ``duet <command> <flag>`` deletes ``doomed`` (each a phrase: ``the lake tables
+    of flights in ...``), unless ``yes`` or there is nothing to delete.
+
+    Raises:
+        UserError: stdin is not a terminal and ``yes`` is false (the message names --yes).
+        typer.Exit: the user said no (status 1; nothing deleted).
+    """
+    from pipelines.preflight import UserError
+
+    if yes or not doomed:
+        return
+    what = "; ".join(doomed)
+    if not (sys.stdin is not None and sys.stdin.isatty()):
+        raise UserError(f"{flag} deletes {what}; stdin is not a terminal to ask: pass --yes to confirm")
+    if not typer.confirm(f"duet {command} {flag} deletes {what}. Continue?", default=False, err=True):
+        make_console(stderr=True).print(f"duet {command}: cancelled; nothing was deleted")
+        raise typer.Exit(1)
