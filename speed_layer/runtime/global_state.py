@@ -28,7 +28,7 @@ from ..state.factories import build_store
 from ..topology import Topology
 from .restore import StateDirectory, read_checkpoint, write_checkpoint
 from .task import Metrics, RawRecord, RecordCollector, StreamTask
-from .task_timeout import TaskTimeout, topic_partition_count
+from .task_timeout import ListOffsets, TaskTimeout, topic_partition_count
 from .task_timeout import watermarks as partition_watermarks
 
 log = logging.getLogger("speed_layer.global")
@@ -80,6 +80,7 @@ class GlobalStateUpdater(threading.Thread):
         conf.update({"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         conf.setdefault("group.id", f"{config.application_id}-global")  # assigned only: never joins, never commits
         self.consumer = Consumer(conf) if self.tasks else None
+        self.list_offsets = ListOffsets(conf) if self.tasks else None
         self._last_checkpoint = time.monotonic()
 
     # -- collector of the global tasks (only the dead-letter queue ever sends)
@@ -117,7 +118,7 @@ class GlobalStateUpdater(threading.Thread):
         for topic in self.tasks:
             count = topic_partition_count(self.consumer, topic, timeouts, what=f"Partitions of global topic {topic} (global store bootstrap)")
             for p in range(count):
-                lo, hi = partition_watermarks(self.consumer, topic, p, timeouts, "global store bootstrap")
+                lo, hi = partition_watermarks(self.list_offsets, topic, p, timeouts, "global store bootstrap")
                 start = self.offsets.get((topic, p), lo)
                 if start < lo or start > hi:
                     raise StreamsException(f"global checkpoint offset {start} of {topic}-{p} outside [{lo}, {hi}]: run cleanup() and restart")

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from ..errors import StreamsException
-from .task_timeout import TaskTimeout
+from .task_timeout import ListOffsets, TaskTimeout
 from .task_timeout import watermarks as partition_watermarks
 
 log = logging.getLogger("speed_layer.restore")
@@ -187,6 +187,7 @@ class ChangelogRestorer:
         conf.update({"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         conf.setdefault("group.id", f"restore-{uuid.uuid4().hex}")  # never joins, never commits
         self.consumer = Consumer(conf)
+        self.offsets = ListOffsets(conf)
         self.timeouts = timeouts or TaskTimeout()
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
@@ -200,7 +201,7 @@ class ChangelogRestorer:
                 dies of it and the uncaught exception handler runs).
             StreamsException: a non-retriable error, at once.
         """
-        return partition_watermarks(self.consumer, topic, partition, self.timeouts, "restore")
+        return partition_watermarks(self.offsets, topic, partition, self.timeouts, "restore")
 
     def restore(self, entries: list[RestoreEntry], timeout_s: float = 600.0) -> None:
         """Replay every entry up to its end offset (end-of-partition also ends it: the last

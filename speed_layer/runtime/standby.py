@@ -40,7 +40,7 @@ from ..errors import StreamsException
 from ..state.factories import build_store
 from .metadata import describe_members, standby_assignment
 from .restore import read_checkpoint, write_checkpoint
-from .task_timeout import TaskTimeout
+from .task_timeout import ListOffsets, TaskTimeout
 from .task_timeout import watermarks as partition_watermarks
 
 if TYPE_CHECKING:
@@ -137,6 +137,7 @@ class StandbyUpdater(threading.Thread):
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         consumer = Consumer(self._consumer_config)
+        offsets = ListOffsets(self._consumer_config)
         last_commit = time.monotonic()
         next_refresh = 0.0
         try:
@@ -144,7 +145,7 @@ class StandbyUpdater(threading.Thread):
                 now = time.monotonic()
                 if now >= next_refresh or (self._refresh.is_set() and now >= self._refresh_at):
                     self._refresh.clear()
-                    self._reconcile(consumer)
+                    self._reconcile(consumer, offsets)
                     next_refresh = time.monotonic() + REFRESH_S
                 with self._lock:
                     if self._to_unassign:
@@ -195,7 +196,7 @@ class StandbyUpdater(threading.Thread):
                 task.updates += 1
                 self.updates[task.task_id] = self.updates.get(task.task_id, 0) + 1
 
-    def _reconcile(self, consumer: Consumer) -> None:
+    def _reconcile(self, consumer: Consumer, offsets: ListOffsets) -> None:
         """Open the standby tasks this instance should keep and close the others."""
         try:
             members = describe_members(self._admin(), self.config.application_id)
@@ -217,7 +218,7 @@ class StandbyUpdater(threading.Thread):
             new = sorted(wanted - set(self._tasks))
         # outside the lock: the look-ups may retry for task.timeout.ms, and a stream thread
         # claiming a task (in its rebalance callback) must not wait for them
-        marks = {tid: self._watermarks(tid, consumer) for tid in new}
+        marks = {tid: self._watermarks(tid, offsets) for tid in new}
         with self._lock:
             for tid in new:
                 if tid in self._claimed or tid in self._tasks:
@@ -244,7 +245,7 @@ class StandbyUpdater(threading.Thread):
         return {name: (self.topology.stores[name].changelog_topic(self.config.application_id), partition)
                 for name in self._logged_stores(task_id)}
 
-    def _watermarks(self, task_id: str, consumer: Consumer) -> dict[TP, tuple[int, int]]:
+    def _watermarks(self, task_id: str, offsets: ListOffsets) -> dict[TP, tuple[int, int]]:
         """``(low, high)`` offsets of the changelog partitions of ``task_id``, under Kafka's
         timeout model (a standby task's offset look-ups time out as an active task's,
         ``AbstractTask#maybeInitTaskTimeoutOrThrow``).
@@ -255,7 +256,7 @@ class StandbyUpdater(threading.Thread):
             StreamsException: a non-retriable error, at once.
         """
         timeouts = TaskTimeout.of(self.config)
-        return {tp: partition_watermarks(consumer, tp[0], tp[1], timeouts, f"standby task {task_id}")
+        return {tp: partition_watermarks(offsets, tp[0], tp[1], timeouts, f"standby task {task_id}")
                 for tp in self._changelogs(task_id).values()}
 
     def _open(self, task_id: str, consumer: Consumer, watermarks: dict[TP, tuple[int, int]]) -> _StandbyTask | None:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("speed_layer.timeouts")
 
-__all__ = ["TaskTimeout", "NotYet", "retriable_broker_error", "retriable_error_code", "retry_broker_call",
+__all__ = ["TaskTimeout", "NotYet", "ListOffsets", "retriable_broker_error", "retriable_error_code", "retry_broker_call",
            "topic_partition_count", "watermarks"]
 
 T = TypeVar("T")
@@ -174,9 +174,67 @@ def topic_partition_count(client: Any, topic: str, timeout: TaskTimeout, *, what
                              hint="create the topic or check the brokers")
 
 
-def watermarks(consumer: Any, topic: str, partition: int, timeout: TaskTimeout, what: str) -> tuple[int, int]:
-    """``(low, high)`` offsets of ``topic``-``partition`` asked of ``consumer``, under the
-    model (a new topic's leader may not be known yet: ``NOT_LEADER_FOR_PARTITION``...).
+class ListOffsets:
+    """The low and high offsets of partitions through the Admin API's ListOffsets
+    (KIP-396), as Kafka Streams' ``StoreChangelogReader`` asks its admin client for the end
+    offsets of changelogs.
+
+    Not a consumer's ``get_watermark_offsets``: librdkafka 2.16 can crash the process
+    (SIGSEGV in its ``rdk:main`` thread) when that query is retried across a partition
+    leader change (seen in ``bench/faults/cluster_faults.py``, an instance dying right
+    after ``NOT_LEADER_FOR_PARTITION``). ``client_config``: a consumer's librdkafka config;
+    its connection and security keys are kept, and its ``isolation.level`` decides whether
+    the high offset is the last stable offset (``read_committed``) or the high watermark.
+    """
+
+    #: librdkafka keys of a consumer's config an admin client takes too
+    _SHARED = ("bootstrap.servers", "client.id", "logger", "security.protocol", "retry.backoff.ms",
+               "retry.backoff.max.ms", "socket.connection.setup.timeout.ms")
+
+    def __init__(self, client_config: dict[str, Any]) -> None:
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import AdminClient
+
+        conf = {k: v for k, v in client_config.items()
+                if k in self._SHARED or k.startswith(("sasl.", "ssl.", "socket.", "reconnect."))}
+        self._admin = AdminClient(conf)
+        committed = client_config.get("isolation.level") == "read_committed"
+        self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+
+    def watermarks(self, topic: str, partition: int, request_s: float) -> tuple[int, int]:
+        """``(low, high)`` of ``topic``-``partition``, each request waiting at most
+        ``request_s`` seconds.
+
+        Raises:
+            KafkaException: the broker's error (e.g. ``NOT_LEADER_FOR_PARTITION``), or a
+                ``_TIMED_OUT`` one when no answer came in time.
+        """
+        from confluent_kafka.admin import OffsetSpec
+
+        tp = TopicPartition(topic, partition)
+        return self._offset(tp, OffsetSpec.earliest(), request_s), self._offset(tp, OffsetSpec.latest(), request_s)
+
+    def _offset(self, tp: TopicPartition, spec: Any, request_s: float) -> int:
+        import concurrent.futures
+
+        future = self._admin.list_offsets({tp: spec}, isolation_level=self._isolation,
+                                          request_timeout=max(0.1, request_s))[tp]
+        try:
+            return int(future.result(timeout=request_s + 5).offset)
+        except concurrent.futures.TimeoutError as exc:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets of {tp.topic}-{tp.partition}")) from exc
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._NOENT:
+                # librdkafka's "No leaders found": a partition without a known leader yet
+                # (a new topic, a leader moving), retriable as LEADER_NOT_AVAILABLE
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())) from exc
+            raise
+
+
+def watermarks(offsets: ListOffsets, topic: str, partition: int, timeout: TaskTimeout, what: str) -> tuple[int, int]:
+    """``(low, high)`` offsets of ``topic``-``partition`` asked through ``offsets``, under
+    the model (a new topic's leader may not be known yet: ``NOT_LEADER_FOR_PARTITION``...).
     ``what`` names the caller in messages, e.g. "restore".
 
     Raises:
@@ -185,7 +243,6 @@ def watermarks(consumer: Any, topic: str, partition: int, timeout: TaskTimeout, 
     """
 
     def attempt(request_s: float) -> tuple[int, int]:
-        lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=request_s)
-        return int(lo), int(hi)
+        return offsets.watermarks(topic, partition, request_s)
 
     return retry_broker_call(f"watermarks of {topic}-{partition} ({what})", attempt, timeout)

@@ -267,12 +267,12 @@ def test_restore_watermarks_retry_until_task_timeout_ms() -> None:
 
 
 class _ScriptedOffsets:
-    """A consumer answering ``get_watermark_offsets`` from a script (exceptions raised)."""
+    """A ``ListOffsets`` answering ``watermarks`` from a script (exceptions raised)."""
 
     def __init__(self, *answers: Any) -> None:
         self.answers, self.calls = list(answers), 0
 
-    def get_watermark_offsets(self, tp: Any, timeout: float) -> Any:
+    def watermarks(self, topic: str, partition: int, request_s: float) -> Any:
         self.calls += 1
         a = self.answers.pop(0)
         if isinstance(a, BaseException):
