@@ -26,9 +26,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pipelines.cli_support import (
-    BootstrapOpt, LakeOpt, LimitOpt, PipelineOpt, PhaseReporter, Phases, app, cluster, interrupts, lake_locks,
-    lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr, stop_spark_session,
-    user_errors,
+    BackgroundSpark, BootstrapOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, app, cluster, interrupts,
+    lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr, user_errors,
 )
 
 # --------------------------------------------------------------------------- run
@@ -235,7 +234,7 @@ def batch(
     PySpark, run the Great Expectations suites and publish the merged views (with the speed
     views found in the view topics). With an embedded broker the sample data is loaded first."""
     setup_logging(verbose)
-    from batch_layer.spark import get_spark, resolve_target
+    from batch_layer.spark import resolve_target
 
     with user_errors("batch", verbose):  # a bad master / Connect URL fails here, before a broker starts
         resolve_target(master)
@@ -245,9 +244,16 @@ def batch(
 
     console = make_console()
     phases = Phases("batch", console)
-    with interrupts("batch", lambda: _batch_kept(phases, root), cleanup=stop_spark_session), \
+    spark: BackgroundSpark | None = None
+
+    def stop_spark() -> None:
+        if spark is not None:
+            spark.stop()
+
+    with interrupts("batch", lambda: _batch_kept(phases, root), cleanup=stop_spark), \
             user_errors("batch", verbose), lake_locks("batch", [root]), \
             cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as bars:
+        spark = BackgroundSpark(master)  # the JVM starts meanwhile
         rep = PhaseReporter(bars, phases)
         if embedded and pipeline.sample is not None:
             load_data(pipeline, servers, limit, rep)
@@ -255,7 +261,7 @@ def batch(
         ingest(servers, root, pipeline.archived_topics, reporter=rep)
         if phases.current == "ingest":  # the Spark start is the batch phase's (its bar starts after it)
             phases.enter("batch")
-        stats = run_batch_layer(pipeline, get_spark(master=master), root, reporter=rep)
+        stats = run_batch_layer(pipeline, spark.session(), root, reporter=rep)
         batch_frames = read_batch_views(pipeline, root)
         results = run_checks(pipeline, root, reporter=rep, frames=batch_frames)
         phases.enter("publish")

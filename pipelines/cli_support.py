@@ -14,13 +14,14 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
 __all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "YesOpt", "make_console", "setup_logging",
-           "cluster", "external_bootstrap", "user_errors", "interrupts", "stop_spark_session", "Phases",
+           "cluster", "external_bootstrap", "user_errors", "interrupts", "BackgroundSpark", "Phases",
            "PhaseReporter", "lake_locks", "lake_tables", "confirm_deletion", "stdout_to_stderr", "reporter",
            "pipeline_and_lake", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
 
@@ -310,13 +311,38 @@ def interrupts(command: str, kept: Callable[[], str], cleanup: Callable[[], None
         sys.unraisablehook = previous_hook
 
 
-def stop_spark_session() -> None:
-    """Stop this process's SparkSession, if one was started (its JVM ends with it)."""
-    if "batch_layer.spark" not in sys.modules:
-        return
-    from batch_layer.spark import stop_spark
+class BackgroundSpark:
+    """The SparkSession of a command (``batch_layer.spark.get_spark``), started on a daemon
+    thread at once, so that the JVM starts while the command does its first steps.
 
-    stop_spark()
+    Not on the main thread: there, pyspark puts its own SIGINT handler, which cancels the jobs
+    through py4j from inside the very py4j call Ctrl-C interrupts (a reentrant read of the
+    same socket, which py4j logs as an error with its traceback). Nothing waits for the thread:
+    a JVM still starting when the command ends exits with it (pyspark's gateway reads its
+    stdin until the driver closes it)."""
+
+    def __init__(self, master: str | None) -> None:
+        self._future: Future[Any] = Future()
+        threading.Thread(target=self._start, args=(master,), name="duet-spark", daemon=True).start()
+
+    def _start(self, master: str | None) -> None:
+        if not self._future.set_running_or_notify_cancel():
+            return
+        try:
+            from batch_layer.spark import get_spark
+
+            self._future.set_result(get_spark(master=master))
+        except BaseException as exc:  # handed to session()
+            self._future.set_exception(exc)
+
+    def session(self) -> Any:
+        """The session, once started; raises what its start raised."""
+        return self._future.result()
+
+    def stop(self) -> None:
+        """Stop the session if it is up (its JVM ends with it)."""
+        if self._future.done() and self._future.exception() is None:
+            self._future.result().stop()
 
 
 # --------------------------------------------------------------------------- the lake lock

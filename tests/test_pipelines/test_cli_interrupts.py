@@ -79,10 +79,12 @@ class Interrupted:
 
 
 def run_and_interrupt(project: Project, phase: str, delay_s: float = 0.0, args: tuple[str, ...] = (),
-                      timeout_s: float = 600) -> Interrupted:
-    """``duet run ARGS`` in its own process group; SIGINT to the group ``delay_s`` after the
-    line ``duet run: <phase>...`` (piped output: the command announces each phase on a line)."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "run", *args], cwd=project.root, env=project.env,
+                      timeout_s: float = 600, command: str = "run") -> Interrupted:
+    """``duet COMMAND ARGS`` in its own process group; SIGINT to the group ``delay_s`` after the
+    line ``duet COMMAND: <phase>...`` (piped output: the command announces each phase on a
+    line)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", command, *args], cwd=project.root,
+                            env=project.env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
     result = Interrupted(returncode=0)
@@ -92,7 +94,7 @@ def run_and_interrupt(project: Project, phase: str, delay_s: float = 0.0, args: 
         assert proc.stdout is not None
         for line in proc.stdout:
             result.lines.append(line.rstrip("\n"))
-            if line.strip() == f"duet run: {phase}...":
+            if line.strip() == f"duet {command}: {phase}...":
                 started.set()
 
     reader = threading.Thread(target=read, daemon=True)
@@ -101,7 +103,7 @@ def run_and_interrupt(project: Project, phase: str, delay_s: float = 0.0, args: 
         if not started.wait(timeout_s):
             pytest.fail(f"the {phase} phase did not start in {timeout_s} s:\n" + "\n".join(result.lines[-40:]))
         time.sleep(delay_s)
-        assert proc.poll() is None, f"duet run ended before Ctrl-C:\n{result.output[-3000:]}"
+        assert proc.poll() is None, f"duet {command} ended before Ctrl-C:\n{result.output[-3000:]}"
         os.killpg(proc.pid, signal.SIGINT)
         t0 = time.monotonic()
         result.returncode = proc.wait(timeout=120)
@@ -132,12 +134,12 @@ def _group_gone(pgid: int, timeout_s: float) -> bool:
     return False
 
 
-def assert_interrupted(res: Interrupted, project: Project, phase: str, *kept: str) -> None:
+def assert_interrupted(res: Interrupted, project: Project, phase: str, *kept: str, command: str = "run") -> None:
     assert res.returncode == 130, res.output[-3000:]
     said = [ln for ln in res.lines if "interrupted" in ln]
     assert len(said) == 1, res.output[-3000:]
-    assert said[0].startswith(f"duet run: interrupted during the {phase} phase: "), said[0]
-    for text in (*kept, "run `duet run` again to rebuild"):
+    assert said[0].startswith(f"duet {command}: interrupted during the {phase} phase: "), said[0]
+    for text in kept:
         assert text in said[0], said[0]
     assert "Traceback" not in res.output, res.output[-5000:]
     assert "py4j" not in res.output.lower(), res.output[-5000:]
@@ -163,9 +165,20 @@ def assert_interrupted(res: Interrupted, project: Project, phase: str, *kept: st
 def test_ctrl_c_in_each_phase_of_duet_run(project: Project, phase: str, delay_s: float, args: tuple[str, ...],
                                           kept: list[str]) -> None:
     res = run_and_interrupt(project, phase, delay_s, args)
-    assert_interrupted(res, project, phase, *kept, str(project.lake))
+    assert_interrupted(res, project, phase, *kept, str(project.lake), "run `duet run` again to rebuild")
     if phase in ("batch", "summary"):
         assert (project.lake / "raw").is_dir()
     if phase == "summary":
         assert (project.lake / "serving" / "_views.json").is_file()
 
+
+def test_ctrl_c_in_duet_batch_inside_spark(project: Project) -> None:
+    """``duet batch`` makes its SparkContext in the main thread, where pyspark puts its own
+    SIGINT handler (it calls into the JVM from inside the interrupted call: py4j's traceback).
+    Its topics first: ``duet load``."""
+    loaded = subprocess.run([sys.executable, "-m", "pipelines.cli", "load", "--limit", "2000"], cwd=project.root,
+                            env=project.env, capture_output=True, text=True, timeout=300, check=False)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    res = run_and_interrupt(project, "batch", 5.0, command="batch")
+    assert_interrupted(res, project, "batch", f"in {project.lake}: the raw tables are kept", "run `duet batch` again",
+                       command="batch")
