@@ -1,0 +1,79 @@
+"""Three KRaft brokers on loopback: the cluster fails over, and the speed layer holds its
+guarantees through broker faults under load (small versions of
+``bench/faults/cluster_faults.py``).
+
+* exactly_once_v2: SIGKILL of the leader of the input and the changelog partition
+  mid-transaction, and an instance SIGKILLed while a broker is down: nothing lost, nothing
+  counted twice, no instance lost, as a read_committed consumer sees it (the bench also
+  kills the output's leader);
+* at_least_once: a rolling restart of the three brokers and the group coordinator paused
+  past the session timeouts: nothing lost, no instance lost.
+
+Kafka's own suite does the same on its ``EmbeddedKafkaCluster`` (e.g.
+``EosIntegrationTest``, ``KTableKTableForeignKeyJoinIntegrationTest`` under broker
+bounces). The cluster is this module's own: the session's single broker is left alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.faults.cluster_faults import describe, run
+from speed_layer.runtime.admin import TopicSpec, ensure_topics
+from speed_layer.runtime.cluster import EmbeddedKafkaCluster
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedKafkaCluster]:
+    with EmbeddedKafkaCluster(3, tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+def test_three_nodes_replicate_and_elect_a_new_leader(cluster: EmbeddedKafkaCluster) -> None:
+    ensure_topics(cluster.bootstrap_servers, [TopicSpec("replicated", 3)])
+    cluster.wait_in_sync()
+    assert len(cluster.bootstrap_servers.split(",")) == 3
+    leader = cluster.leader_of("replicated", 0)
+    cluster.kill(leader)
+    try:
+        # The controller fences the dead node (broker.session.timeout.ms, 9 s) and moves
+        # the leadership to an in-sync replica.
+        deadline = time.monotonic() + 60
+        while cluster.leader_of("replicated", 0) == leader:
+            assert time.monotonic() < deadline, "leadership did not move off a killed node in 60 s"
+            time.sleep(0.5)
+        assert cluster.under_replicated(), "a partition of a killed node must be under-replicated"
+    finally:
+        cluster.restart(leader)
+    cluster.wait_in_sync()
+    assert cluster.under_replicated() == []
+
+
+def test_exactly_once_through_leader_kills_and_an_instance_kill_with_a_broker_down(
+    cluster: EmbeddedKafkaCluster, tmp_path: Path
+) -> None:
+    report = run(cluster, "exactly_once_v2", tmp_path,
+                 faults=("leader-input", "leader-changelog", "instance-kill-broker-down"),
+                 rate=300.0, down_s=4.0, gap_s=(2.0, 3.0), seed=3)
+    assert report.records > 2000, describe(report)
+    assert all(f.recovery_s >= 0 for f in report.faults), describe(report)
+    assert report.errors == [], describe(report)
+    assert (report.lost_keys, report.duplicated_keys, report.repeated_counts, report.instances_died) == (0, 0, 0, 0), \
+        describe(report)
+
+
+def test_at_least_once_through_a_rolling_restart_and_a_paused_coordinator(
+    cluster: EmbeddedKafkaCluster, tmp_path: Path
+) -> None:
+    report = run(cluster, "at_least_once", tmp_path, faults=("rolling-restart", "pause-coordinator"),
+                 rate=300.0, gap_s=(2.0, 3.0), seed=4)
+    assert report.records > 2000, describe(report)
+    assert all(f.recovery_s >= 0 for f in report.faults), describe(report)
+    assert report.errors == [], describe(report)
+    assert (report.lost_keys, report.instances_died) == (0, 0), describe(report)
