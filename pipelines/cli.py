@@ -170,11 +170,16 @@ def speed(
     ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Use a fresh application id (start from scratch).")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for catching up.")] = 3600.0,
+    server: Annotated[Optional[str], typer.Option(
+        "--server", metavar="HOST:PORT",
+        help="With --follow: serve interactive queries (/speed/...), /health and Prometheus /metrics at "
+             "HOST:PORT (port 0: a free one), set as the application.server; SIGINT/SIGTERM stop it.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """Run the speed layer (KafkaStreams) on the pipeline's topology until every input record
-    is consumed, or with --follow until Ctrl-C. With an embedded broker the pipeline's sample
-    data is replayed into it live while the speed layer runs."""
+    is consumed, or with --follow until Ctrl-C; with --follow --server HOST:PORT as a service
+    with interactive queries, health and Prometheus metrics. With an embedded broker the
+    pipeline's sample data is replayed into it live while the speed layer runs."""
     setup_logging(verbose)
     from pipelines.steps import ensure_pipeline_topics, run_speed
     from pipelines.replay import produce_tables, replay_events
@@ -184,6 +189,12 @@ def speed(
     phases = Phases("speed", console, first="speed")
     with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose):
         pipeline, _ = pipeline_and_lake(pipeline_ref, None)
+        from pipelines.preflight import UserError
+        from pipelines.speed_server import parse_server, serve_speed
+
+        if server is not None and not follow:
+            raise UserError("--server runs the speed layer as a service: add --follow")
+        address = parse_server(server) if server is not None else None
     with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose), \
             cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as rep:
         ensure_pipeline_topics(pipeline, servers)
@@ -197,8 +208,15 @@ def speed(
 
         # a fresh broker never has committed offsets: a fresh application id (and state) too
         app_id = None if (fresh or embedded) else (application_id or pipeline.service_app_id)
-        stats = run_speed(pipeline, servers, application_id=app_id,
-                          timeout_s=timeout, follow=follow, reporter=rep, feed=feed)
+        if address is not None:
+            served = serve_speed(pipeline, servers, *address, application_id=app_id, feed=feed,
+                                 reporter=rep, timeout_s=timeout)
+        else:
+            stats = run_speed(pipeline, servers, application_id=app_id,
+                              timeout_s=timeout, follow=follow, reporter=rep, feed=feed)
+    if address is not None:
+        console.print(served.line(), soft_wrap=True)
+        return
     console.print(
         f"application.id {stats.application_id}: {stats.records_in:,} records, "
         f"{stats.records_per_s:,.0f} records/s, {stats.dropped_late:,} dropped as late, "
