@@ -4,16 +4,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from pipelines.cli_support import (
-    BOOTSTRAP_ENV, BootstrapOpt, LakeOpt, LimitOpt, PipelineOpt, app, cluster, make_console, pipeline_and_lake,
-    reporter, setup_logging, user_errors,
+    BOOTSTRAP_ENV, BootstrapOpt, LakeOpt, Phases, PipelineOpt, YesOpt, app, cluster, confirm_deletion,
+    external_bootstrap, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging,
+    user_errors,
 )
 
 
@@ -23,79 +25,180 @@ def ui(
     pipeline_ref: PipelineOpt = None,
     lake: LakeOpt = None,
     bootstrap: BootstrapOpt = None,
-    limit: LimitOpt = None,
     load_data_: Annotated[
-        Optional[bool],
-        typer.Option("--load/--no-load", help="Reset the pipelines' topics and lake tables and load their sample data "
-                     "(default: only into the embedded broker)."),
+        bool,
+        typer.Option("--load/--no-load", help="Before the UI starts, DELETE the pipelines' topics and lake tables and "
+                     "load their sample data into Kafka (asks first; --yes does not). Default: the lake and the "
+                     "topics as they are."),
+    ] = False,
+    limit: Annotated[
+        Optional[int], typer.Option("--limit", min=1, help="With --load: load only the first N events of the "
+                                    "sample data (default: all).")
     ] = None,
+    yes: YesOpt = False,
     host: Annotated[str, typer.Option("--host", help="Interface the Dagster UI binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port of the Dagster UI.")] = 3000,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """The Dagster UI (`dagster dev`: webserver and daemon) on the pipeline (with none given
-    and outside a duet project: both examples), with Kafka ready: the embedded broker (loaded
-    with the sample data) unless --bootstrap or $KAFKA_BOOTSTRAP_SERVERS names a cluster.
-    Runs until Ctrl-C; the runs it launches use that broker and the lake."""
+    and outside a duet project: both examples), on the lake and the Kafka topics as they are:
+    the embedded broker (started empty) unless --bootstrap or $KAFKA_BOOTSTRAP_SERVERS names a
+    cluster. Nothing is deleted unless --load is given. Runs until Ctrl-C; the runs it
+    launches use that broker and the lake."""
     setup_logging(verbose)
-    import signal
-    import subprocess
-
-    from pipelines.dagster_home import ensure_dagster_home
-    from pipelines.preflight import check_port_free
+    from pipelines.preflight import UserError, check_port_free
     from pipelines.resolve import EXAMPLE_PIPELINES, PIPELINE_ENV, find_project, load_pipeline
     from pipelines.steps import resolve_lake
 
     console = make_console()
-    with user_errors("ui", verbose):
-        check_port_free(host, port)
-        project = find_project()
-        chosen = pipeline_ref or os.environ.get(PIPELINE_ENV, "").strip() or (project.pipeline if project else None)
-        refs = [chosen] if chosen else list(EXAMPLE_PIPELINES)
-        search = project.root if project else None
-        pipelines = [load_pipeline(r, search) for r in refs]
-        root = resolve_lake(lake, project.lake if project else None)
-    with user_errors("ui", verbose), cluster(bootstrap, console) as (servers, embedded):
-        if load_data_ if load_data_ is not None else embedded:
-            from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline
-
-            for pipeline in pipelines:
-                with console.status(f"resetting the topics and lake tables of {pipeline.name}..."):
-                    reset_pipeline(pipeline, servers, pipeline.lake(root))
-                if pipeline.sample is not None:
-                    with reporter(console) as rep:
-                        counts = load_data(pipeline, servers, limit, rep)
-                    console.print(f"{pipeline.name}: loaded " + ", ".join(f"{t}: {n:,}" for t, n in counts.items()))
-                ensure_pipeline_topics(pipeline, servers)
-        home = ensure_dagster_home()
-        env = {**os.environ, BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home),
-               "DUET_PIPELINES": ",".join(refs)}
-        if search is not None:
-            env["DUET_PROJECT_ROOT"] = str(search)
-        dagster = Path(sys.executable).with_name("dagster")
-        cmd = [str(dagster), "dev", "-m", "pipelines.dagster.workspace", "-h", host, "-p", str(port)]
-        proc = subprocess.Popen(cmd, env=env, cwd=search or Path.cwd(), start_new_session=True)
-
-        def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop dagster dev, then the broker
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGTERM, _stop)
-        console.print(f"Dagster UI at [bold]http://{host}:{port}[/] ({', '.join(p.name for p in pipelines)}; "
-                      f"Kafka {servers}, lake {root}, DAGSTER_HOME {home}); Ctrl-C stops it")
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            code = 0
-        finally:
-            if proc.poll() is None:  # stop dagster dev and its children (webserver, daemon, code server)
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+    phases = Phases("ui", console, first="start")
+    with interrupts("ui", lambda: _ui_kept(phases)):
+        with user_errors("ui", verbose):
+            if limit is not None and not load_data_:
+                raise UserError("--limit limits the sample data that --load loads: add --load (which deletes the "
+                                "topics and the lake tables first) or drop --limit")
+            check_port_free(host, port)
+            project = find_project()
+            chosen = pipeline_ref or os.environ.get(PIPELINE_ENV, "").strip() or (project.pipeline if project else None)
+            refs = [chosen] if chosen else list(EXAMPLE_PIPELINES)
+            search = project.root if project else None
+            pipelines = [load_pipeline(r, search) for r in refs]
+            root = resolve_lake(lake, project.lake if project else None)
+        external = external_bootstrap(bootstrap)
+        with user_errors("ui", verbose), contextlib.ExitStack() as locks:
+            if load_data_:
+                locks.enter_context(lake_locks("ui", [p.lake(root) for p in pipelines]))
+                if external is None:  # an embedded broker starts empty: only the lake has something to lose
+                    confirm_deletion("ui", "--load", _doomed(pipelines, root, None), yes)
+            with cluster(bootstrap, console, phases) as (servers, embedded):
+                if load_data_:
+                    if not embedded:
+                        confirm_deletion("ui", "--load", _doomed(pipelines, root, servers), yes)
+                    _reset_and_load(pipelines, root, servers, limit, console, phases)
+                    locks.close()  # the UI's runs write the lake from now on
+                else:
+                    _say_how_to_fill(pipelines, root, embedded, console)
+                phases.current = "ui"  # Ctrl-C from now on is the normal stop
+                code = _dagster_dev(refs, [p.name for p in pipelines], search, root, servers, host, port, console)
     if code:
         make_console(stderr=True).print(f"[bold red]duet ui[/]: dagster dev exited with status {code}")
         raise typer.Exit(2)
+
+
+def _doomed(pipelines: list[Any], root: Path, servers: str | None) -> list[str]:
+    """What ``duet ui --load`` deletes, as phrases for the question: the lake tables of each
+    pipeline that has some and, on a cluster (``servers``), its topics there."""
+    doomed = []
+    for pipeline in pipelines:
+        folder = pipeline.lake(root)
+        tables = lake_tables(folder)
+        if tables:
+            doomed.append(f"the lake tables of {pipeline.name} in {folder} ({', '.join(tables)})")
+        topics = _existing_topics(pipeline, servers) if servers else []
+        if topics:
+            doomed.append(f"the topics of {pipeline.name} on {servers} ({', '.join(topics)})")
+    return doomed
+
+
+def _existing_topics(pipeline: Any, servers: str) -> list[str]:
+    """The topics of ``pipeline`` that ``reset_pipeline`` deletes and exist on ``servers``: its
+    source, dead-letter and view topics, and the internal topics of earlier ``duet run`` s."""
+    from speed_layer.runtime.admin import admin_client
+
+    present = set(admin_client(servers).list_topics(timeout=10).topics)
+    own = [*pipeline.input_topics, *([pipeline.dlq_topic] if pipeline.dlq_topic else []), *pipeline.view_names]
+    named = [t for t in dict.fromkeys(own) if t in present]
+    internal = sum(1 for t in present if t.startswith(f"{pipeline.run_app_id_prefix}-"))
+    return named + ([f"{internal} internal topics of earlier runs"] if internal else [])
+
+
+def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int | None, console: Any,
+                    phases: Phases) -> None:
+    """``duet ui --load``: reset each pipeline's topics and lake tables, load its sample data."""
+    from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline
+
+    for pipeline in pipelines:
+        phases.enter("reset")
+        with console.status(f"resetting the topics and lake tables of {pipeline.name}..."):
+            reset_pipeline(pipeline, servers, pipeline.lake(root))
+        if pipeline.sample is not None:
+            phases.enter("load")
+            with reporter(console) as rep:
+                counts = load_data(pipeline, servers, limit, rep)
+            console.print(f"{pipeline.name}: loaded " + ", ".join(f"{t}: {n:,}" for t, n in counts.items()))
+        ensure_pipeline_topics(pipeline, servers)
+
+
+def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: Any) -> None:
+    """One line per pipeline whose lake folder holds no table yet: how to fill it. Another
+    writer holding the lake lock (a ``duet run``) is named too: the UI's runs would race it."""
+    from rich.markup import escape
+
+    from pipelines.lake_lock import lock_holder
+
+    for pipeline in pipelines:
+        folder = pipeline.lake(root)
+        holder = lock_holder(folder)
+        if holder is not None:
+            console.print(f"[yellow]duet ui[/]: {pipeline.name}: {escape(holder.describe())} is writing {folder}; "
+                          "runs launched from the UI meanwhile race it", soft_wrap=True)
+        elif not lake_tables(folder):
+            source = ("the embedded broker starts empty too" if embedded
+                      else "the UI's runs ingest what its topics hold")
+            console.print(f"[yellow]duet ui[/]: {pipeline.name}: no tables in {folder} yet ({source}): fill it with "
+                          "`duet run`, or start with `duet ui --load` (deletes the topics and lake tables, loads the "
+                          "sample data)", soft_wrap=True)
+
+
+def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: Path, servers: str, host: str,
+                 port: int, console: Any) -> int:
+    """Run ``dagster dev`` on the pipelines ``refs`` (named ``names``) until it ends or Ctrl-C /
+    SIGTERM (then stop it and its children); its exit status (0 after Ctrl-C)."""
+    import signal
+    import subprocess
+
+    from pipelines.dagster_home import ensure_dagster_home
+
+    home = ensure_dagster_home()
+    env = {**os.environ, BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home),
+           "DUET_PIPELINES": ",".join(refs)}
+    if search is not None:
+        env["DUET_PROJECT_ROOT"] = str(search)
+    dagster = Path(sys.executable).with_name("dagster")
+    cmd = [str(dagster), "dev", "-m", "pipelines.dagster.workspace", "-h", host, "-p", str(port)]
+    proc = subprocess.Popen(cmd, env=env, cwd=search or Path.cwd(), start_new_session=True)
+
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop dagster dev, then the broker
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    console.print(f"Dagster UI at [bold]http://{host}:{port}[/] ({', '.join(names)}; Kafka {servers}, lake {root}, "
+                  f"DAGSTER_HOME {home}); Ctrl-C stops it")
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if proc.poll() is None:  # stop dagster dev and its children (webserver, daemon, code server)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _ui_kept(phases: Phases) -> str:
+    """What an interrupted ``duet ui`` keeps, for :func:`interrupts` (Ctrl-C while the UI runs
+    is the normal stop and prints nothing)."""
+    if phases.current == "reset":
+        return ("while resetting the topics and lake tables: they may be partly deleted; run `duet ui --load` "
+                "again")
+    if phases.current == "load":
+        return (f"while loading the sample data: the lake tables were deleted, {phases.topics_kept()}; run "
+                "`duet ui --load` again")
+    if phases.current == "ui":
+        return "while stopping the UI"
+    return "before the UI started: nothing was changed"
 
 
 # --------------------------------------------------------------------------- backfill
@@ -121,7 +224,8 @@ def backfill(
     from pipelines.preflight import UserError
 
     console = make_console()
-    with user_errors("backfill"):
+    launched: dict[str, str] = {}
+    with interrupts("backfill", lambda: _backfill_kept(launched, url)), user_errors("backfill"):
         pipeline, _ = pipeline_and_lake(pipeline_ref, None)
         keys = partitions_def(pipeline).get_partition_keys()
         if not keys:
@@ -143,6 +247,7 @@ def backfill(
         days = keys[lo:hi + 1]
         backfill_id = client.launch_backfill([view_asset_key(pipeline, v) for v in selected], days,
                                              title=f"duet backfill {pipeline.name} {days[0]}..{days[-1]}")
+        launched["id"] = backfill_id
         console.print(f"backfill {backfill_id}: {len(days)} days x {len(selected)} views, "
                       f"{url}/runs/b/{backfill_id}", soft_wrap=True)
         if not wait:
@@ -170,3 +275,10 @@ def backfill(
                   f"materialized, {state.failed} failed", soft_wrap=True)
     raise typer.Exit(0 if state.status in ("COMPLETED_SUCCESS", "COMPLETED") and not state.failed else 1)
 
+
+def _backfill_kept(launched: dict[str, str], url: str) -> str:
+    """What an interrupted ``duet backfill`` leaves, for :func:`interrupts`."""
+    if "id" not in launched:
+        return "before the backfill was launched: nothing was launched"
+    return (f"while following backfill {launched['id']}: it goes on in Dagster; follow or cancel it at "
+            f"{url}/runs/b/{launched['id']}")

@@ -4,8 +4,9 @@ code location, driven through its GraphQL API and looked at in a real headless C
 
 In order, as a user would:
 
-1. ``duet ui --load --limit 3000`` (no ``--pipeline``, outside a project: the examples) resets
-   both pipelines, loads their sample data and starts the UI;
+1. ``duet ui --load --yes --limit 3000`` (no ``--pipeline``, outside a project: the examples)
+   resets both pipelines (``--yes``: no terminal to ask), loads their sample data and starts
+   the UI;
 2. one day (``2013-01-02``) of ``flights_recompute`` and the first day of ``shop_recompute``
    are materialized: ingest, batch views, GX checks, serving publish;
 3. the ``flights_new_kafka_data`` sensor skips while the lake holds everything, and requests
@@ -97,7 +98,7 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         env.pop(var, None)
     log = (tmp / "duet-ui.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "ui", "--bootstrap", kafka_bootstrap, "--load", "--limit",
+        [sys.executable, "-m", "pipelines.cli", "ui", "--bootstrap", kafka_bootstrap, "--load", "--yes", "--limit",
          str(LIMIT), "--lake", str(lake), "--port", str(port)],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
     )

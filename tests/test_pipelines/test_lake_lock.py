@@ -1,7 +1,10 @@
 """The lake lock (:mod:`pipelines.lake_lock`): one writer per pipeline folder of the lake.
 
 In-process and with real holder processes (``flock`` is per open file, so a second
-``LakeLock`` of the same process is a second writer too).
+``LakeLock`` of the same process is a second writer too), then through the ``duet`` console
+script as a user runs it: every writing command fails at once naming the holder, a stale lock
+is taken over with a warning, and the lock goes away after a normal exit and after an error.
+No broker: the lock is taken before the command reaches Kafka.
 """
 
 from __future__ import annotations
@@ -123,3 +126,52 @@ def test_the_lock_is_released_after_an_exception(tmp_path: Path) -> None:
 def test_the_command_line_reads_as_typed() -> None:
     assert command_line(["/x/.venv/bin/duet", "run", "--limit", "20000"]) == "duet run --limit 20000"
     assert command_line(["/x/pipelines/cli.py", "ui", "--lake", "my lake"]) == "duet ui --lake 'my lake'"
+
+
+# --------------------------------------------------------------------------- the commands
+def duet(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": ""}
+    env.pop("DUET_PIPELINE", None)
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("command", [["run"], ["load"], ["batch"], ["ui", "--load", "--yes"]])
+def test_every_writer_fails_at_once_while_another_holds_the_lake(command: list[str], tmp_path: Path) -> None:
+    """The lock comes first: the unreachable broker is never reached, no broker starts."""
+    root = tmp_path / "lake"
+    with LakeLock(root / "flights", "duet run --limit 20000"):
+        start = time.monotonic()
+        res = duet(*command, "--pipeline", "pipelines.examples.flights:pipeline", "--lake", str(root),
+                   "--bootstrap", "127.0.0.1:1")
+        seconds = time.monotonic() - start
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"duet {command[0]}: {root / 'flights'} is in use by `duet run --limit 20000` (pid "
+                               f"{os.getpid()} on "), lines[0]
+    assert "Traceback" not in res.stderr + res.stdout
+    assert seconds < 15, f"duet {command[0]} took {seconds:.1f} s to fail"
+
+
+def test_a_command_takes_a_stale_lock_over_and_releases_it_after_an_error(tmp_path: Path) -> None:
+    root = tmp_path / "lake"
+    (root / "flights").mkdir(parents=True)
+    stale = LockHolder(pid=dead_pid(), host=os.uname().nodename, command="duet run", since=time.time() - 60)
+    (root / "flights" / LOCK_FILE).write_text(stale.to_json())
+    res = duet("load", "--lake", str(root), "--bootstrap", "127.0.0.1:1", "--limit", "5")
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 2, res.stderr
+    assert lines[0].startswith(f"duet load: taking over the stale lake lock of `duet run` (pid {stale.pid} "), lines
+    assert lines[1].startswith("duet load: cannot reach Kafka at 127.0.0.1:1"), lines
+    assert not (root / "flights" / LOCK_FILE).exists()  # released after the failure
+
+
+@pytest.mark.broker
+def test_a_command_releases_the_lock_after_a_normal_exit(tmp_path: Path, kafka_bootstrap: str) -> None:
+    root = tmp_path / "lake"
+    res = duet("load", "--lake", str(root), "--bootstrap", kafka_bootstrap, "--limit", "5")
+    assert res.returncode == 0, res.stderr
+    assert "flights: 5" in res.stdout
+    assert not (root / "flights").exists()  # load writes no table: the folder the lock made is gone too

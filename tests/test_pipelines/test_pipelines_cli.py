@@ -21,10 +21,11 @@ def test_top_level_help_lists_the_commands() -> None:
     ("command", "options"),
     [
         ("run", ["--lake", "--bootstrap", "--limit", "--json"]),
-        ("load", ["--bootstrap", "--limit"]),
+        ("load", ["--bootstrap", "--limit", "--lake"]),
         ("speed", ["--bootstrap", "--follow", "--lake", "--limit"]),
         ("batch", ["--lake", "--bootstrap", "--limit"]),
         ("serve", ["--lake", "--host", "--port"]),
+        ("ui", ["--load", "--yes", "--limit", "--lake", "--bootstrap"]),
     ],
 )
 def test_command_help(command: str, options: list[str]) -> None:
