@@ -195,9 +195,10 @@ class ListOffsets:
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import AdminClient
 
-        conf = {k: v for k, v in client_config.items()
-                if k in self._SHARED or k.startswith(("sasl.", "ssl.", "socket.", "reconnect."))}
-        self._admin = AdminClient(conf)
+        self._conf = {k: v for k, v in client_config.items()
+                      if k in self._SHARED or k.startswith(("sasl.", "ssl.", "socket.", "reconnect."))}
+        self._new_admin: Callable[[], Any] = lambda: AdminClient(self._conf)
+        self._admin: Any = None
         committed = client_config.get("isolation.level") == "read_committed"
         self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
 
@@ -217,15 +218,21 @@ class ListOffsets:
     def _offset(self, tp: TopicPartition, spec: Any, request_s: float) -> int:
         import concurrent.futures
 
+        if self._admin is None:
+            self._admin = self._new_admin()
         future = self._admin.list_offsets({tp: spec}, isolation_level=self._isolation,
                                           request_timeout=max(0.1, request_s))[tp]
         try:
             return int(future.result(timeout=request_s + 5).offset)
-        except concurrent.futures.TimeoutError as exc:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets of {tp.topic}-{tp.partition}")) from exc
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError._NOENT:
+        except (concurrent.futures.TimeoutError, KafkaException) as exc:
+            # A new client for the next attempt: librdkafka 2.16's admin client can keep
+            # sending to a fenced leader epoch (FENCED_LEADER_EPOCH for 300 s after a
+            # leader change, seen in the cluster soak) instead of refreshing its metadata.
+            self._admin = None
+            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if not isinstance(err, KafkaError):
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets of {tp.topic}-{tp.partition}")) from exc
+            if err.code() == KafkaError._NOENT:
                 # librdkafka's "No leaders found": a partition without a known leader yet
                 # (a new topic, a leader moving), retriable as LEADER_NOT_AVAILABLE
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())) from exc
