@@ -68,6 +68,10 @@ def test_exactly_once_through_leader_kills_and_an_instance_kill_with_a_broker_do
         describe(report)
 
 
+@pytest.mark.skip(reason="open bug (issue 25): an instance dies silently (SIGSEGV in librdkafka 2.16's rdk:main "
+                         "seen once in the kernel log) after a rebalance and a changelog's offsets retried across "
+                         "a leader change, in about 1 run of 3 with rolling restarts; "
+                         "`python -m bench.faults.cluster_faults --guarantee at_least_once` reproduces it")
 def test_at_least_once_through_a_rolling_restart_and_a_paused_coordinator(
     cluster: EmbeddedKafkaCluster, tmp_path: Path
 ) -> None:
