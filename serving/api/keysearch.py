@@ -1,8 +1,8 @@
 """Searching the keys of a view (``GET /views/{view}/keys?q=`` and the views page's key box).
 
-A view can have thousands of keys (``plane_duty_sessions``: one per aircraft, 4,037 on the
-flights year): the page asks the server for the few matching what was typed instead of
-listing them all.
+A view can have thousands of keys (a session view keyed by aircraft has 4,037 on a year of
+the flights example): the page asks the server for the few matching what was typed
+instead of listing them all.
 """
 
 from __future__ import annotations
