@@ -193,12 +193,10 @@ class ListOffsets:
 
     def __init__(self, client_config: dict[str, Any]) -> None:
         from confluent_kafka import IsolationLevel
-        from confluent_kafka.admin import AdminClient
 
         self._conf = {k: v for k, v in client_config.items()
                       if k in self._SHARED or k.startswith(("sasl.", "ssl.", "socket.", "reconnect."))}
-        self._new_admin: Callable[[], Any] = lambda: AdminClient(self._conf)
-        self._admin: Any = None
+        self._admin: Any = None  # made at the first request, again after a failed one
         committed = client_config.get("isolation.level") == "read_committed"
         self._isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
 
@@ -218,8 +216,10 @@ class ListOffsets:
     def _offset(self, tp: TopicPartition, spec: Any, request_s: float) -> int:
         import concurrent.futures
 
+        from confluent_kafka.admin import AdminClient
+
         if self._admin is None:
-            self._admin = self._new_admin()
+            self._admin = AdminClient(self._conf)
         future = self._admin.list_offsets({tp: spec}, isolation_level=self._isolation,
                                           request_timeout=max(0.1, request_s))[tp]
         try:
