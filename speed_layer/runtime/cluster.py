@@ -86,10 +86,6 @@ class EmbeddedKafkaCluster:
         """The node with this id (1..size). Raises ``KeyError`` for another id."""
         return self.nodes[node_id]
 
-    def running(self) -> list[int]:
-        """Ids of the nodes whose JVM is alive (a paused node counts as running)."""
-        return [n for n, node in self.nodes.items() if node.is_running()]
-
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout_s: float = 120) -> str:
         """Format every node's log dir with one cluster id, start all nodes and wait until each
