@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import StreamsException, TaskCorruptedException
+from .committed_offsets import CommittedOffsetsReader
 from .input_buffers import InputBuffers
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
@@ -210,6 +211,7 @@ class StreamThread(threading.Thread):
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
         self._admin: Any = None
+        self._reader: CommittedOffsetsReader | None = None  # see _committed
         self._in_txn = False
         self._stopping = threading.Event()
         self._callback_error: BaseException | None = None
@@ -381,6 +383,7 @@ class StreamThread(threading.Thread):
             if self.restorer is not None:
                 self.restorer.close()
                 self.restorer = None
+            self._close_offsets_reader()
 
     # ------------------------------------------------------------------ rebalance callbacks
     def _expand(self, partitions: list[TopicPartition]) -> dict[str, list[TP]]:
@@ -456,17 +459,16 @@ class StreamThread(threading.Thread):
         policy = getattr(getattr(node, "op", None), "offset_reset", None)
         return str(policy or self.config.auto_offset_reset).lower()
 
-    def _committed_offsets(self, tps: list[TP], via_admin: bool = False) -> dict[TP, int]:
+    def _committed_offsets(self, tps: list[TP], fresh: bool = False) -> dict[TP, int]:
         """The group's committed offsets of ``tps`` (absent: none committed); see
         :meth:`_committed`."""
-        return {(r.topic, r.partition): r.offset for r in self._committed(tps, via_admin) if r.offset >= 0}
+        return {(r.topic, r.partition): r.offset for r in self._committed(tps, fresh) if r.offset >= 0}
 
-    def _committed(self, tps: list[TP], via_admin: bool = False) -> list[TopicPartition]:
-        """The group's committed offsets and metadata of ``tps``, read by the consumer, or
-        with ``via_admin`` by an admin client: after the broker was away the consumer's
-        group coordinator may stay unanswered for longer than a session timeout (seen with
-        librdkafka 2.16 in ``bench/faults/broker_outage.py``), while a fresh admin
-        connection answers.
+    def _committed(self, tps: list[TP], fresh: bool = False) -> list[TopicPartition]:
+        """The group's committed offsets and metadata of ``tps``, read by the stream
+        thread's consumer, or with ``fresh`` by a consumer of the group that never joins it
+        (:mod:`speed_layer.runtime.committed_offsets`, which says why not the Admin API).
+        Retriable and coordinator errors are retried until ``task.timeout.ms``.
 
         Raises:
             StreamsException: not readable within ``task.timeout.ms``.
@@ -477,8 +479,8 @@ class StreamThread(threading.Thread):
         deadline = time.monotonic() + self.config.task_timeout_ms / 1000
         while True:
             try:
-                if via_admin:
-                    return self._admin_committed(tps)
+                if fresh:
+                    return self._offsets_reader().read(tps)
                 return list(self.consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10))
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
@@ -487,18 +489,21 @@ class StreamThread(threading.Thread):
                     raise StreamsException(f"cannot read the committed offsets of {self.config.application_id}: {exc}") from exc
                 time.sleep(0.2)
 
-    def _admin_committed(self, tps: list[TP]) -> list[TopicPartition]:
-        from confluent_kafka import ConsumerGroupTopicPartitions
+    def _offsets_reader(self) -> CommittedOffsetsReader:
+        if self._reader is None:
+            client_id = f"{self.config.application_id}-{self.context.process_id}-StreamThread-{self.index}-offsets-reader"
+            conf = self.context.consumer_config(client_id=client_id)
+            conf.update(self.context.client_overrides("consumer."))
+            self._reader = CommittedOffsetsReader(conf, self.config.application_id)
+        return self._reader
 
-        group = self.config.application_id
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])
-        try:
-            return list(self._admin_client().list_consumer_group_offsets([request], request_timeout=10)[group].result().topic_partitions)
-        except KafkaException:
-            # an admin client created before a broker restart keeps timing out on group
-            # requests (librdkafka 2.16): the next attempt uses a new one
-            self._admin = None
-            raise
+    def _close_offsets_reader(self) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            except Exception:  # noqa: BLE001 - closing the thread anyway
+                log.exception("closing the committed-offsets reader failed")
+            self._reader = None
 
     def _admin_client(self) -> Any:
         if self._admin is None:
@@ -596,7 +601,7 @@ class StreamThread(threading.Thread):
         changelogs."""
         assert self.consumer is not None
         self._close_tasks(list(self.tasks), clean=False)
-        committed = self._committed_offsets(tps, via_admin=True)
+        committed = self._committed_offsets(tps, fresh=True)
         if tps:
             self.consumer.resume([TopicPartition(t, p) for t, p in tps])
         for t, p in tps:
@@ -674,7 +679,7 @@ class StreamThread(threading.Thread):
             return
         assert self.consumer is not None
         tps = [tp for t in fresh for tp in self.task_tps[t.task_id]]
-        res = self._committed(tps, via_admin=True)
+        res = self._committed(tps, fresh=True)
         meta = {(r.topic, r.partition): r.metadata for r in res if r.offset >= 0}
         for t in fresh:
             t.restore_metadata({tp: meta[tp] for tp in self.task_tps[t.task_id] if tp in meta})
