@@ -262,9 +262,10 @@ def reset_application(
             members (stop every instance first) or Kafka refuses a step.
     """
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import AdminClient
 
     from .admin import delete_topics
+    from .task_timeout import ListOffsets
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
@@ -285,16 +286,15 @@ def reset_application(
     except KafkaException as exc:
         if "GROUP_ID_NOT_FOUND" not in str(exc) and "NOT_FOUND" not in str(exc):
             raise StreamsException(f"cannot reset the offsets of group {application_id}: {exc}") from exc
-    wanted: dict[TopicPartition, OffsetSpec] = {}
-    for t, spec in [(t, OffsetSpec.earliest()) for t in input_topics] + [(t, OffsetSpec.latest()) for t in intermediate_topics]:
+    wanted: dict[str, list[tuple[str, int]]] = {"earliest": [], "latest": []}
+    for t, which in [(t, "earliest") for t in input_topics] + [(t, "latest") for t in intermediate_topics]:
         meta = md.topics.get(t)
         if meta is None or meta.error is not None:
             raise StreamsException(f"cannot reset topic {t}: it does not exist")
-        for p in meta.partitions:
-            wanted[TopicPartition(t, p)] = spec
-    if wanted:
-        offsets = admin.list_offsets(wanted, request_timeout=timeout_s)
-        tps = [TopicPartition(tp.topic, tp.partition, fut.result(timeout=timeout_s).offset) for tp, fut in offsets.items()]
+        wanted[which].extend((t, p) for p in meta.partitions)
+    offsets = ListOffsets({"bootstrap.servers": bootstrap})
+    tps = [TopicPartition(t, p, off) for which, todo in wanted.items() for (t, p), off in offsets.offsets(todo, which, timeout_s).items()]
+    if tps:
         res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(application_id, tps)], request_timeout=timeout_s)
         for fut in res.values():
             fut.result(timeout=timeout_s)

@@ -51,7 +51,7 @@ from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, desc
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
 from .standby import StandbyUpdater
-from .task_timeout import TaskTimeout, retry_broker_call
+from .task_timeout import ListOffsets, TaskTimeout, retry_broker_call
 from .stream_thread import StreamThread, ThreadContext, ThreadHooks
 
 log = logging.getLogger("speed_layer.streams")
@@ -127,6 +127,7 @@ class KafkaStreams:
         self._commit_total_dead = 0
         self._poll_total_dead = 0
         self._admin: Any = None
+        self._end_offsets: ListOffsets | None = None  # records_lag's
 
     # ------------------------------------------------------------------ client configs
     def client_overrides(self, prefix: str) -> dict[str, Any]:
@@ -683,11 +684,9 @@ class KafkaStreams:
         is closed, is left out.
 
         Raises:
-            KafkaException, TimeoutError: the brokers did not answer (within ``timeout_s``).
+            KafkaException: the brokers did not answer (``_TIMED_OUT`` after ``timeout_s``) or
+                answered with an error (the next call asks with a new admin client).
         """
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
         positions: dict[str, dict[tuple[str, int], int]] = {}
         for t in list(self._threads):
             if t.consumer is None:  # not started, or closed
@@ -696,19 +695,13 @@ class KafkaStreams:
             fetched, committed = t.readiness.fetched_next, t.committed
             mine = {tp: max(fetched.get(tp, -1), committed.get(tp, -1)) for tp in list(t.tp_task)}
             positions[t.name] = {tp: at for tp, at in mine.items() if at >= 0}
-        wanted = {tp for mine in positions.values() for tp in mine}
-        ends: dict[tuple[str, int], int] = {}
-        if wanted:
-            level = IsolationLevel.READ_COMMITTED if self.config.exactly_once else IsolationLevel.READ_UNCOMMITTED
-            try:
-                futures = self._admin_client().list_offsets(
-                    {TopicPartition(topic, p): OffsetSpec.latest() for topic, p in sorted(wanted)},
-                    isolation_level=level, request_timeout=timeout_s)
-                for tp, future in futures.items():
-                    ends[(tp.topic, tp.partition)] = int(future.result(timeout=timeout_s).offset)
-            except (KafkaException, TimeoutError):
-                self._reset_admin()
-                raise
+        wanted = sorted({tp for mine in positions.values() for tp in mine})
+        if self._end_offsets is None:
+            conf = {"bootstrap.servers": self.config.bootstrap_servers,
+                    "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted",
+                    **self.client_overrides("admin.")}
+            self._end_offsets = ListOffsets(conf)
+        ends = self._end_offsets.offsets(wanted, "latest", timeout_s)
         return {name: {tp: max(0, ends[tp] - at) for tp, at in sorted(mine.items()) if tp in ends}
                 for name, mine in positions.items()}
 

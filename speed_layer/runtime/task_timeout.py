@@ -175,16 +175,19 @@ def topic_partition_count(client: Any, topic: str, timeout: TaskTimeout, *, what
 
 
 class ListOffsets:
-    """The low and high offsets of partitions through the Admin API's ListOffsets
-    (KIP-396), as Kafka Streams' ``StoreChangelogReader`` asks its admin client for the end
-    offsets of changelogs.
+    """Offsets of partitions through the Admin API's ListOffsets (KIP-396), one request for
+    many partitions, as Kafka Streams' ``StoreChangelogReader`` asks its admin client for the
+    end offsets of changelogs. Used for the watermarks of changelog and global-topic
+    partitions (restore, standby, global bootstrap), ``KafkaStreams.records_lag`` and the
+    application reset.
 
-    Not a consumer's ``get_watermark_offsets``: librdkafka 2.16 can crash the process
-    (SIGSEGV in its ``rdk:main`` thread) when that query is retried across a partition
-    leader change (seen in ``bench/faults/cluster_faults.py``, an instance dying right
-    after ``NOT_LEADER_FOR_PARTITION``). ``client_config``: a consumer's librdkafka config;
-    its connection and security keys are kept, and its ``isolation.level`` decides whether
-    the high offset is the last stable offset (``read_committed``) or the high watermark.
+    ``client_config``: a librdkafka config (a consumer's, or just ``bootstrap.servers``); its
+    connection and security keys are kept, and its ``isolation.level`` decides whether a
+    partition's latest offset is the last stable offset (``read_committed``) or the high
+    watermark. The admin client is made at the first request and again after a failed one:
+    librdkafka 2.16's admin client can keep sending to a fenced leader epoch
+    (``FENCED_LEADER_EPOCH`` for 300 s after a leader change, seen in the cluster soak)
+    instead of refreshing its metadata.
     """
 
     #: librdkafka keys of a consumer's config an admin client takes too
@@ -205,38 +208,49 @@ class ListOffsets:
         ``request_s`` seconds.
 
         Raises:
-            KafkaException: the broker's error (e.g. ``NOT_LEADER_FOR_PARTITION``), or a
-                ``_TIMED_OUT`` one when no answer came in time.
+            KafkaException: as :meth:`offsets`.
         """
-        from confluent_kafka.admin import OffsetSpec
+        tp = (topic, partition)
+        return self.offsets([tp], "earliest", request_s)[tp], self.offsets([tp], "latest", request_s)[tp]
 
-        tp = TopicPartition(topic, partition)
-        return self._offset(tp, OffsetSpec.earliest(), request_s), self._offset(tp, OffsetSpec.latest(), request_s)
+    def offsets(self, tps: list[tuple[str, int]], which: str, request_s: float) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): offset}``: the ``"earliest"`` or ``"latest"`` offset of each
+        of ``tps``, in one request waiting at most ``request_s`` seconds.
 
-    def _offset(self, tp: TopicPartition, spec: Any, request_s: float) -> int:
+        Raises:
+            KafkaException: the broker's error (e.g. ``NOT_LEADER_FOR_PARTITION``; librdkafka's
+                "no leaders found" as ``LEADER_NOT_AVAILABLE``, retriable), or a
+                ``_TIMED_OUT`` one when no answer came in time.
+            ValueError: ``which`` is neither ``"earliest"`` nor ``"latest"``.
+        """
         import concurrent.futures
 
-        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.admin import AdminClient, OffsetSpec
 
+        if which not in ("earliest", "latest"):
+            raise ValueError(f"which must be 'earliest' or 'latest', got {which!r}")
+        if not tps:
+            return {}
+        spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         if self._admin is None:
             self._admin = AdminClient(self._conf)
-        future = self._admin.list_offsets({tp: spec}, isolation_level=self._isolation,
-                                          request_timeout=max(0.1, request_s))[tp]
+        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
+                                           request_timeout=max(0.1, request_s))
+        out: dict[tuple[str, int], int] = {}
         try:
-            return int(future.result(timeout=request_s + 5).offset)
+            for tp, future in futures.items():
+                out[(tp.topic, tp.partition)] = int(future.result(timeout=request_s + 5).offset)
         except (concurrent.futures.TimeoutError, KafkaException) as exc:
-            # A new client for the next attempt: librdkafka 2.16's admin client can keep
-            # sending to a fenced leader epoch (FENCED_LEADER_EPOCH for 300 s after a
-            # leader change, seen in the cluster soak) instead of refreshing its metadata.
             self._admin = None
             err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
             if not isinstance(err, KafkaError):
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets of {tp.topic}-{tp.partition}")) from exc
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"ListOffsets of {sorted(tps)}")) from exc
             if err.code() == KafkaError._NOENT:
                 # librdkafka's "No leaders found": a partition without a known leader yet
                 # (a new topic, a leader moving), retriable as LEADER_NOT_AVAILABLE
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str())) from exc
             raise
+        return out
 
 
 def watermarks(offsets: ListOffsets, topic: str, partition: int, timeout: TaskTimeout, what: str) -> tuple[int, int]:
