@@ -26,8 +26,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pipelines.cli_support import (
-    BackgroundSpark, BootstrapOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, app, cluster, interrupts,
-    lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr, user_errors,
+    BackgroundSpark, BootstrapOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, ScaleOpt, app, cluster,
+    interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
+    user_errors,
 )
 
 # --------------------------------------------------------------------------- run
@@ -37,6 +38,7 @@ def run(
     lake: LakeOpt = None,
     bootstrap: BootstrapOpt = None,
     limit: LimitOpt = None,
+    scale: ScaleOpt = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object on stdout.")] = False,
     no_load: Annotated[
         bool, typer.Option("--no-load", help="Reuse the records already in the input topics (do not reset them).")
@@ -58,9 +60,11 @@ def run(
     topics on the broker and its tables in the lake) and uses a fresh application.id, so
     repeated runs give the same result. It holds the lake lock while it runs (a second writer
     of the same lake fails at once, naming it). A pipeline without sample data runs on what
-    its topics hold. Exit code 0 only if every check passed and speed and batch agree on every
-    closed window (windows touched by records dropped as late excepted); 1 otherwise; 2 if a
-    phase failed; 130 on Ctrl-C (one line: the phase interrupted and what is kept).
+    its topics hold. --scale N (alias --years N) loads N copies of the sample (the flights: N
+    years), --limit then cuts each copy. Exit code 0 only if every check passed and speed and
+    batch agree on every closed window (windows touched by records dropped as late excepted);
+    1 otherwise; 2 if a phase failed; 130 on Ctrl-C (one line: the phase interrupted and what
+    is kept).
     """
     setup_logging(verbose)
     from pipelines.main_job import RunOptions, run_main_job
@@ -73,7 +77,9 @@ def run(
     with interrupts("run", lambda: _run_kept(phases, pipeline_lake)), redirect as real_stdout:
         with user_errors("run", verbose):
             pipeline, pipeline_lake = pipeline_and_lake(pipeline_ref, lake)
-        options = RunOptions(lake=pipeline_lake, limit=limit, load=not no_load, backlog=backlog,
+            if scale > 1 and not no_load:
+                pipeline.require_sample_copy()  # fails at once, before a broker starts
+        options = RunOptions(lake=pipeline_lake, limit=limit, scale=scale, load=not no_load, backlog=backlog,
                              speed_timeout_s=timeout)
         with user_errors("run", verbose), lake_locks("run", [pipeline_lake]), \
                 cluster(bootstrap, console, phases) as (servers, _embedded), reporter(console) as rep:
@@ -121,10 +127,12 @@ def load(
     lake: LakeOpt = None,
     bootstrap: BootstrapOpt = None,
     limit: LimitOpt = None,
+    scale: ScaleOpt = 1,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """Produce the pipeline's sample data into Kafka: its tables, then its events in arrival
-    order.
+    order. --scale N (alias --years N): N copies of it (the flights: N years from 2013, keys
+    of their own), generated as they are produced; --limit N cuts each copy.
     Appends: loading twice produces every record twice. Holds the pipeline's lake lock while
     it loads (`duet run` resets these topics), though it writes no table."""
     setup_logging(verbose)
@@ -136,12 +144,14 @@ def load(
         with user_errors("load", verbose):
             pipeline, pipeline_lake = pipeline_and_lake(pipeline_ref, lake)
             pipeline.require_sample()  # fails at once, before a broker starts, without sample data
+            if scale > 1:
+                pipeline.require_sample_copy()
         with user_errors("load", verbose), lake_locks("load", [pipeline_lake]), \
                 cluster(bootstrap, console, phases) as (servers, embedded):
             if embedded:
                 console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
             with reporter(console) as rep:
-                counts = load_data(pipeline, servers, limit, rep)
+                counts = load_data(pipeline, servers, limit, rep, scale=scale)
     console.print(", ".join(f"{t}: {n:,}" for t, n in counts.items()))
 
 

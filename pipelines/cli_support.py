@@ -20,8 +20,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "YesOpt", "make_console", "setup_logging",
-           "cluster", "external_bootstrap", "user_errors", "interrupts", "BackgroundSpark", "Phases",
+__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "ScaleOpt", "YesOpt", "make_console",
+           "setup_logging", "cluster", "external_bootstrap", "user_errors", "interrupts", "BackgroundSpark", "Phases",
            "PhaseReporter", "lake_locks", "lake_tables", "confirm_deletion", "stdout_to_stderr", "reporter",
            "pipeline_and_lake", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
 
@@ -77,6 +77,13 @@ BootstrapOpt = Annotated[
 LimitOpt = Annotated[
     Optional[int], typer.Option("--limit", min=1, help="Load only the first N events of the pipeline's sample data "
                                 "(default: all).")
+]
+
+ScaleOpt = Annotated[
+    int, typer.Option("--scale", "--years", min=1, metavar="N",
+                      help="Load N copies of the sample data, each one period of the sample later with keys of its "
+                      "own (the flights: N years from 2013, new tail and flight numbers; the pipeline's "
+                      "`sample_copy`); with --limit, the first events of each copy.")
 ]
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a "

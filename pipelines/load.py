@@ -1,4 +1,6 @@
-"""Load a pipeline's sample data into Kafka: its tables first, then its events in arrival order.
+"""Load a pipeline's sample data into Kafka: its tables first, then its events in arrival order
+(in one pass over them, whatever their topics: a lazy sample, such as N copies of the flights,
+is produced as it is generated, never held in memory).
 
 Topics are created as the pipeline declares them (:func:`pipelines.steps.source_topic_specs`).
 Every record is produced with the Java client's default partitioner (``murmur2_random``), its
@@ -11,17 +13,17 @@ Loading is not deduplicated: running it twice produces every record twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from pipelines.pipeline import Pipeline, SourceRecord
+from pipelines.pipeline import Pipeline, Sample, SourceRecord
 from speed_layer.runtime.admin import ensure_topics
 
-__all__ = ["load", "produce_records", "encode_value", "LoadError", "PRODUCER_CONFIG"]
+__all__ = ["load", "produce_records", "produce_events", "encode_value", "LoadError", "PRODUCER_CONFIG"]
 
-#: Callback ``progress(topic, records_done, records_total)``.
-Progress = Callable[[str, int, int], None]
+#: Callback ``progress(topic, records_done, records_total)`` (``None``: the total is unknown).
+Progress = Callable[[str, int, int | None], None]
 
 #: Producer settings shared by every duet producer of source data.
 PRODUCER_CONFIG: dict[str, str | int | bool] = {
@@ -54,13 +56,36 @@ def produce_records(
     producer: Producer,
     topic: str,
     records: Iterable[SourceRecord],
-    total: int,
+    total: int | None,
     progress: Progress | None = None,
 ) -> int:
     """Produce ``records`` to ``topic``, flush, and raise :class:`LoadError` on any delivery
-    error; returns the number of records delivered."""
+    error; returns the number of records delivered. ``progress(topic, done, total)`` now
+    and then, and once at the end."""
+    counts = produce_events(producer, ((topic, r) for r in records), progress, totals={topic: total})
+    return counts.get(topic, 0)
+
+
+def produce_events(
+    producer: Producer,
+    events: Iterable[tuple[str, SourceRecord]],
+    progress: Progress | None = None,
+    *,
+    totals: Mapping[str, int | None] | None = None,
+    prefix: str = "",
+) -> dict[str, int]:
+    """Produce ``events`` (``(topic, record)``, in order; ``prefix`` before every topic name)
+    in one pass, read once (a generator is never held in memory), flush, and raise
+    :class:`LoadError` on any delivery error. Returns ``{topic: records delivered}`` in the
+    order the topics first came (keys without the prefix). ``progress(topic, done, total)``
+    (the topic as produced, prefixed) is called every 20,000 records with that topic's count
+    and its total in ``totals`` (``None``: unknown), and once per topic at the end (``total``
+    = ``done``; every topic of ``totals`` is reported, with 0 if it had no record).
+    """
     errors: list[KafkaError] = []
     delivered = 0
+    sent: dict[str, int] = dict.fromkeys(totals or (), 0)
+    names: dict[str, str] = {}
 
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         nonlocal delivered
@@ -69,35 +94,41 @@ def produce_records(
         else:
             delivered += 1
 
-    sent = 0
-    for rec in records:
+    produce = producer.produce
+    n = 0
+    for topic, rec in events:
+        name = names.get(topic)
+        if name is None:
+            name = names[topic] = prefix + topic
+            sent.setdefault(topic, 0)
         key = rec.key.encode() if rec.key is not None else None
         value = encode_value(rec.value)
         while True:
             try:
-                producer.produce(
-                    topic, value=value, key=key, timestamp=rec.timestamp, on_delivery=on_delivery
-                )
+                produce(name, value=value, key=key, timestamp=rec.timestamp, on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry
                 producer.poll(0.05)
-        sent += 1
-        if sent % 1000 == 0:
+        sent[topic] += 1
+        n += 1
+        if n % 1000 == 0:
             producer.poll(0)
-        if progress is not None and sent % _PROGRESS_EVERY == 0:
-            progress(topic, sent, total)
-        if errors:
-            break
+            if errors:
+                break
+            if progress is not None and n % _PROGRESS_EVERY == 0:
+                progress(name, sent[topic], (totals or {}).get(topic))
     remaining = producer.flush(120)
+    where = ", ".join(prefix + t for t in sent) or "no topic"
     if errors:
-        raise LoadError(f"{len(errors)} records to {topic!r} failed, first: {errors[0]}")
+        raise LoadError(f"{len(errors)} records to {where} failed, first: {errors[0]}")
     if remaining:
-        raise LoadError(f"{remaining} records to {topic!r} still undelivered after flush")
-    if delivered != sent:
-        raise LoadError(f"{topic!r}: {sent} records sent but {delivered} delivered")
+        raise LoadError(f"{remaining} records to {where} still undelivered after flush")
+    if delivered != n:
+        raise LoadError(f"{where}: {n} records sent but {delivered} delivered")
     if progress is not None:
-        progress(topic, delivered, total)
-    return delivered
+        for topic, count in sent.items():
+            progress(names.get(topic, prefix + topic), count, count)
+    return sent
 
 
 def load(
@@ -107,31 +138,43 @@ def load(
     progress: Progress | None = None,
     *,
     prefix: str = "",
+    scale: int = 1,
 ) -> dict[str, int]:
     """Create the pipeline's topics if needed and produce its sample data into them.
 
     Tables first (in the order declared by the sample), then the first ``limit`` events (all
-    when ``None``) in arrival order, each topic's records in one pass. ``progress`` is called
-    as ``progress(topic, done, total)`` now and then and once at the end of each topic.
-    ``prefix`` is put before every topic name (tests use it to isolate runs). Returns
-    ``{topic: records produced}`` (keys without the prefix).
+    when ``None``) in arrival order, in one pass (:func:`produce_events`: a lazy sample is
+    never held in memory). ``scale`` > 1: ``scale`` copies of the sample, each cut to
+    ``limit`` events (:meth:`Pipeline.sample_data`). ``progress`` is called as
+    ``progress(topic, done, total)`` now and then and once at the end of each topic
+    (``total`` ``None``: unknown yet). ``prefix`` is put before every topic name (tests use it
+    to isolate runs). Returns ``{topic: records produced}`` (keys without the prefix).
 
     Raises:
-        PipelineError: the pipeline declares no sample data.
+        PipelineError: the pipeline declares no sample data (or no ``sample_copy`` and
+            ``scale`` > 1).
         LoadError: a record was not delivered.
     """
     from pipelines.steps import source_topic_specs
 
-    sample = pipeline.sample_data(limit)
+    sample = pipeline.sample_data(limit, scale)
     ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     counts: dict[str, int] = {}
     for table, records in sample.tables.items():
         counts[table] = produce_records(producer, prefix + table, records, len(records), progress)
-    by_topic: dict[str, list[SourceRecord]] = {}
-    for topic, rec in sample.events:
-        by_topic.setdefault(topic, []).append(rec)
-    for topic, records in by_topic.items():
-        counts[topic] = counts.get(topic, 0) + produce_records(producer, prefix + topic, records, len(records),
-                                                               progress)
+    totals = _event_totals(sample)
+    for topic, n in produce_events(producer, sample.events, progress, totals=totals, prefix=prefix).items():
+        counts[topic] = counts.get(topic, 0) + n
     return counts
+
+
+def _event_totals(sample: Sample) -> dict[str, int | None] | None:
+    """``{topic: events}`` of a sample whose events are a sequence; ``None`` (unknown) for
+    lazy events (counting them would read them)."""
+    if isinstance(sample.events, Sequence):
+        totals: dict[str, int | None] = {}
+        for topic, _ in sample.events:
+            totals[topic] = (totals.get(topic) or 0) + 1
+        return totals
+    return None

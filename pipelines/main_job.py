@@ -82,7 +82,10 @@ class RunOptions:
 
     Attributes:
         lake: the pipeline's folder of the lake (``Pipeline.lake(root)``).
-        limit: load only the first ``limit`` events of the sample (``None``: all).
+        limit: load only the first ``limit`` events of the sample (``None``: all); of each
+            copy with ``scale``.
+        scale: load ``scale`` copies of the sample (``duet run --scale N``, alias ``--years``;
+            :meth:`Pipeline.sample_data`): the pipeline must declare ``sample_copy``.
         load: load the sample data (and reset the input topics); ``False`` reuses what the
             input topics hold (the speed layer then catches up on them as a backlog). A
             pipeline without sample data always runs on what its topics hold.
@@ -95,6 +98,7 @@ class RunOptions:
 
     lake: Path
     limit: int | None = None
+    scale: int = 1
     load: bool = True
     backlog: bool = True
     speed_timeout_s: float = 3600.0
@@ -269,15 +273,15 @@ def run_main_job(
     feed = None
     if load and options.backlog:
         with timer.phase("load"):
-            load_data(pipeline, bootstrap, options.limit, rep)
+            load_data(pipeline, bootstrap, options.limit, rep, scale=options.scale)
     elif load:
         with timer.phase("load"):
             rep.start("load", None)
-            sample = pipeline.sample_data(options.limit)
+            sample = pipeline.sample_data(options.limit, options.scale)
             produce_tables(pipeline, bootstrap, sample, rep)
 
         def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
-            return replay_events(bootstrap, sample.events, processed, sync, reporter=rep)
+            return replay_events(bootstrap, sample.events, processed, sync, reporter=rep, total=sample.event_count())
 
     if spark_factory is None:
         from batch_layer.spark import get_spark

@@ -39,7 +39,7 @@ Durable names a pipeline owns (one place: the properties below): the application
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pipelines.sample_data import Sample, SourceRecord, scaled_sample
 from pipelines.topology_reading import servable_stores, sink_topics, source_topics
 from speed_layer.topology import Topology
 
@@ -214,31 +215,6 @@ class Partitioning(_Declared):
 
 
 @dataclass(frozen=True)
-class SourceRecord:
-    """One record to produce: key (text, or ``None``), value (JSON-ready, or ``bytes``
-    produced as they are), timestamp (epoch ms, the record's CreateTime)."""
-
-    key: str | None
-    value: Any
-    timestamp: int
-
-
-@dataclass(frozen=True)
-class Sample:
-    """Sample data ``duet run`` loads to demonstrate a pipeline.
-
-    Attributes:
-        tables: ``{topic: records}`` produced first (dimension tables, in order).
-        events: ``(topic, record)`` in arrival order, produced after the tables; ``duet run
-            --limit N`` keeps the first N (a prefix in arrival time). The live replay
-            (``--replay``) produces them in this order at the speed layer's pace.
-    """
-
-    tables: Mapping[str, Sequence[SourceRecord]]
-    events: Sequence[tuple[str, SourceRecord]]
-
-
-@dataclass(frozen=True)
 class Highlights:
     """A table the summary of ``duet run`` prints after the views (e.g. the busiest hours):
     a title, column names and rows of text."""
@@ -266,6 +242,17 @@ class Pipeline(_Declared):
         partitions: the batch partitions and schedule.
         sample: ``sample(limit) -> Sample``: data ``duet run`` loads (``None``: ``duet run``
             uses what the source topics hold).
+        sample_copy: ``sample_copy(k, limit) -> Sample``: copy ``k`` of the sample, for a
+            sample N times as large (``duet load --scale N``, alias ``--years N``: copies 0 ..
+            N-1, see :meth:`sample_data`). Copy 0 is the sample itself (the same records as
+            ``sample(limit)``); copy ``k`` holds the same events shifted ``k`` periods of the
+            sample later (the flights: ``k`` calendar years), with keys made unique to the
+            copy (so the keys grow with N too) and the same arrival order and lateness, the
+            first ``limit`` of them; its tables hold the records its events need that no
+            earlier copy has (the flights: planes under the copy's tail numbers). Keep its
+            events lazy (a generator, with ``Sample.count``): every copy is asked for before
+            the first event is read, and N copies are produced one after the other. ``None``:
+            the pipeline cannot be scaled (``--scale`` fails at once, naming it).
         highlights: ``highlights(lake) -> Highlights | None``: an extra table for the summary
             of ``duet run``, read from the pipeline's lake (``lake`` is its folder).
         description: one paragraph, shown in Dagster.
@@ -282,6 +269,7 @@ class Pipeline(_Declared):
     views: tuple[View, ...]
     partitions: Partitioning
     sample: Callable[[int | None], Sample] | None = None
+    sample_copy: Callable[[int, int | None], Sample] | None = None
     highlights: Callable[[Path], Highlights | None] | None = None
     description: str = ""
 
@@ -312,6 +300,8 @@ class Pipeline(_Declared):
         if not isinstance(topo, Topology):
             raise ValueError(f"topology: the function returned {type(topo).__name__}, not a speed_layer.Topology")
         object.__setattr__(self, "_topology", topo)
+        if self.sample_copy is not None and self.sample is None:
+            raise ValueError("sample_copy: copies of the sample data need the sample itself: declare sample too")
         self._check_sources(topo)
         self._check_views(topo)
         dlq_key = "errors.dead.letter.queue.topic.name"
@@ -475,14 +465,37 @@ class Pipeline(_Declared):
                                 f"({', '.join(self.input_topics)}) and run without loading")
         return self.sample
 
-    def sample_data(self, limit: int | None = None) -> Sample:
-        """The declared sample (the first ``limit`` events).
+    def require_sample_copy(self) -> Callable[[int, int | None], Sample]:
+        """The declared ``sample_copy`` function (without calling it).
 
         Raises:
-            PipelineError: the pipeline declares no sample data.
+            PipelineError: the pipeline declares no sample data, or no ``sample_copy`` (one
+                line naming the pipeline, ``sample_copy`` and ``--scale``).
         """
-        data = self.require_sample()(limit)
-        events = list(data.events)
-        if limit is not None:
-            events = events[:limit]
-        return Sample(tables=data.tables, events=events)
+        self.require_sample()
+        if self.sample_copy is None:
+            raise PipelineError(f"pipeline {self.name!r} declares no sample_copy, so its sample data cannot be "
+                                "scaled: run without --scale/--years, or declare Pipeline(sample_copy=...)")
+        return self.sample_copy
+
+    def sample_data(self, limit: int | None = None, scale: int = 1) -> Sample:
+        """The declared sample (the first ``limit`` events), or ``scale`` copies of it.
+
+        With ``scale`` > 1: copies ``0 .. scale-1`` of ``sample_copy``, each cut to its first
+        ``limit`` events (``scale * limit`` events in all), read lazily
+        (:func:`pipelines.sample_data.scaled_sample`).
+
+        Raises:
+            PipelineError: the pipeline declares no sample data (or no ``sample_copy`` and
+                ``scale`` > 1).
+            ValueError: ``scale`` < 1.
+        """
+        if scale < 1:
+            raise ValueError(f"scale must be >= 1, got {scale}")
+        if scale == 1:
+            data = self.require_sample()(limit)
+            events = list(data.events)
+            if limit is not None:
+                events = events[:limit]
+            return Sample(tables=data.tables, events=events)
+        return scaled_sample(self.require_sample_copy(), scale, limit)

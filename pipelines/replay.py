@@ -20,9 +20,10 @@ The sample's tables are produced first, before the speed layer starts (see
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,10 +79,11 @@ def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
 
 def replay_events(
     bootstrap: str,
-    events: Sequence[tuple[str, SourceRecord]],
+    events: Iterable[tuple[str, SourceRecord]],
     processed: Callable[[], int],
     sync: Callable[[], bool],
     *,
+    total: int | None = None,
     chunk: int = 50,
     max_in_flight: int = 300,
     sync_every: int = 20_000,
@@ -101,7 +103,8 @@ def replay_events(
 
     Args:
         bootstrap: Kafka bootstrap servers.
-        events: what to produce, in order.
+        events: what to produce, in order: a sequence, or an iterable read once (the lazy
+            copies of a scaled sample).
         processed: the speed layer's processed-records counter (``process-total``).
         sync: waits until the speed layer has consumed everything produced so far
             (``KafkaStreams.wait_until_caught_up``); returns False on timeout.
@@ -111,6 +114,7 @@ def replay_events(
         stall_s: when the counter does not move for this long, produce anyway (the estimate
             of ``r`` was too high).
         reporter: progress of phase ``"load"``.
+        total: the number of events (for the progress) when ``events`` has no length.
 
     Raises:
         LoadError: if an event is not delivered.
@@ -121,7 +125,10 @@ def replay_events(
     from pipelines.load import PRODUCER_CONFIG, LoadError, encode_value
 
     rep = reporter or NullReporter()
-    total = len(events)
+    if isinstance(events, Sized):
+        total = len(events)
+    of = f"/{total:,}" if total is not None else ""
+    source = iter(events)
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "linger.ms": 1})
     errors: list[Any] = []
 
@@ -134,7 +141,8 @@ def replay_events(
     base_count, base_events = processed(), 0  # at the last sync
     per_event = 0.0  # records processed per event; unknown until the first sync
     last_report, delivered_at = 0.0, t0
-    for start in range(0, total, chunk):
+    start = 0
+    while batch := list(itertools.islice(source, chunk)):
         if start - base_events >= (sync_every if per_event else chunk * 5):
             if not sync():
                 raise TimeoutError("the speed layer did not catch up with the replay")
@@ -153,17 +161,18 @@ def replay_events(
                     # the speed layer is idle: r was overestimated; re-base on the counter
                     base_count = last - round((start - base_events - max_in_flight) * per_event)
                     break
-        for topic, rec in events[start:start + chunk]:
+        for topic, rec in batch:
             producer.produce(topic, value=encode_value(rec.value), key=None if rec.key is None else rec.key.encode(),
                              timestamp=rec.timestamp, on_delivery=on_delivery)
         if producer.flush(60) or errors:
             raise LoadError(f"replay: {len(errors)} events failed, first: {errors[:1]}")
         delivered_at = time.monotonic()
-        end = min(total, start + chunk)
-        stats.produced = end
-        if delivered_at - last_report > 0.25 or end == total:
+        end = start + len(batch)
+        stats.produced = start = end
+        if delivered_at - last_report > 0.25:
             last_report = delivered_at
-            rep.update("load", end, total, f"events {end:,}/{total:,} (live replay)")
+            rep.update("load", end, total, f"events {end:,}{of} (live replay)")
+    rep.update("load", stats.produced, total, f"events {stats.produced:,}{of} (live replay)")
     stats.seconds = time.monotonic() - t0
     stats.last_delivery = delivered_at
     return stats

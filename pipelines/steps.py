@@ -182,27 +182,34 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
 
 # --------------------------------------------------------------------------- load
 def load_data(pipeline: Pipeline, bootstrap: str, limit: int | None = None,
-              reporter: Reporter | None = None) -> dict[str, int]:
-    """Produce the pipeline's sample data (the first ``limit`` events) into Kafka;
-    ``{topic: records}``.
+              reporter: Reporter | None = None, *, scale: int = 1) -> dict[str, int]:
+    """Produce the pipeline's sample data (the first ``limit`` events; ``scale`` > 1: that
+    many copies of it, each of ``limit`` events, :meth:`Pipeline.sample_data`) into Kafka;
+    ``{topic: records}``. The progress shows the records produced per second.
 
     Raises:
-        PipelineError: the pipeline declares no sample data.
+        PipelineError: the pipeline declares no sample data (or no ``sample_copy`` and
+            ``scale`` > 1).
     """
     from pipelines.load import load
 
     rep = reporter or NullReporter()
     rep.start("load", None)
     done: dict[str, int] = {}
+    t0 = time.monotonic()
 
-    def progress(topic: str, n: int, total: int) -> None:
+    def progress(topic: str, n: int, total: int | None) -> None:
         done[topic] = n
-        rep.update("load", sum(done.values()), None, f"{topic} {n:,}/{total:,}")
+        count = sum(done.values())
+        of = f"/{total:,}" if total is not None else ""
+        rate = count / max(1e-9, time.monotonic() - t0)
+        rep.update("load", count, None, f"{topic} {n:,}{of}, {rate:,.0f} records/s")
 
-    counts = load(pipeline, bootstrap, limit=limit, progress=progress)
+    counts = load(pipeline, bootstrap, limit=limit, progress=progress, scale=scale)
     total = sum(counts.values())
+    rate = total / max(1e-9, time.monotonic() - t0)
     rep.update("load", total, total)
-    rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+    rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in counts.items()) + f" ({rate:,.0f} records/s)")
     return counts
 
 

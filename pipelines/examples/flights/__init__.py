@@ -13,7 +13,7 @@ from pathlib import Path
 from pipelines.examples.flights.topology import DLQ_TOPIC, STREAMS_CONFIG, build_topology
 from pipelines.pipeline import Highlights, Partitioning, Pipeline, Sample, Source, View
 
-__all__ = ["pipeline", "sample", "busiest_hours"]
+__all__ = ["pipeline", "sample", "sample_copy", "busiest_hours"]
 
 
 def sample(limit: int | None = None) -> Sample:
@@ -23,6 +23,21 @@ def sample(limit: int | None = None) -> Sample:
 
     return Sample(tables={t: table_records(t) for t in TABLES},
                   events=[("flights", r) for r in flight_records(limit)])
+
+
+def sample_copy(k: int, limit: int | None = None) -> Sample:
+    """Copy ``k`` of the sample (``duet load --years N``: copies 0 .. N-1): copy 0 is
+    :func:`sample`; copy ``k`` is year ``2013 + k``: the planes under the copy's tail numbers,
+    then 2013's flights shifted ``k`` calendar years with keys of their own, lazily
+    (:func:`pipelines.examples.flights.data.flight_copy_records`); airports and airlines are
+    shared by every copy."""
+    from pipelines.examples.flights.data import TABLES, flight_copy_records, flight_count, plane_copy_records, \
+        table_records
+
+    tables = {t: table_records(t) for t in TABLES} if k == 0 else {"planes": plane_copy_records(k)}
+    n = flight_count()
+    return Sample(tables=tables, events=(("flights", r) for r in flight_copy_records(k, limit)),
+                  count=n if limit is None else min(n, limit))
 
 
 def busiest_hours(lake: Path, n: int = 5) -> Highlights | None:
@@ -92,5 +107,6 @@ pipeline = Pipeline(
     ],
     partitions=Partitioning(start=date(2013, 1, 1), end=date(2014, 1, 1)),
     sample=sample,
+    sample_copy=sample_copy,
     highlights=busiest_hours,
 )
