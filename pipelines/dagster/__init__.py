@@ -9,7 +9,9 @@ prefixed by ``p.name`` so pipelines never collide):
   and the speed layer (external);
 * blocking Great Expectations checks per view (:mod:`.checks`);
 * the ``<p>_recompute`` job and its schedule (:mod:`.schedules`);
-* the ``<p>_new_kafka_data`` and ``<p>_speed_layer_lag`` sensors (:mod:`.sensors`);
+* the ``<p>_new_kafka_data`` and ``<p>_speed_layer_lag`` sensors (:mod:`.sensors`); the sensor and
+  the schedule ask for the days new data falls on (:mod:`.new_data`), and a run materializes
+  the days it targets and the days its new records fall on (:mod:`.partitions`);
 
 and one set of resources ``lake``, ``spark``, ``kafka`` (:mod:`.resources`).
 

@@ -24,7 +24,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines.dagster.keys import group, publish_key, raw_key, slug, speed_key, topic_key, view_asset_key
-from pipelines.dagster.partitions import partition_window_ms, partitions_def
+from pipelines.dagster.new_data import OFFSETS_ADDED, days_of_run, describe
+from pipelines.dagster.partitions import compact_days, count_per_day, partitions_def
 from pipelines.dagster.resources import KafkaResource, LakeResource, SparkResource
 from pipelines.dagster.speed_probe import SPEED_CHECK_NAME, max_lag_env, server_env
 from pipelines.pipeline import Pipeline
@@ -83,8 +84,9 @@ def speed_layer_spec(p: Pipeline) -> dg.AssetSpec:
 
 def raw_asset(p: Pipeline, topic: str) -> dg.AssetsDefinition:
     """The ingest asset of ``topic``: appends the records not yet archived (idempotent by
-    offset range: a second materialization adds nothing new). Metadata: records added and
-    archived, the Delta version and path."""
+    offset range: a second materialization adds nothing new). Metadata: records added, their
+    offsets (``offsets_added``: ``{partition: [first, last]}``, which the batch views read to
+    know the days this run's data falls on) and records archived, the Delta version and path."""
     source = next((s for s in p.sources if s.topic == topic), None)
     about = f": {source.description}" if source is not None and source.description else ""
 
@@ -97,19 +99,19 @@ def raw_asset(p: Pipeline, topic: str) -> dg.AssetsDefinition:
         f"incremental by offset){about}.",
     )
     def _raw(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
+        from batch_layer.ingest import ingest_topic
         from deltalake import DeltaTable
 
-        from pipelines.steps import ingest
-
         folder = p.lake(lake.root())
-        added = ingest(kafka.bootstrap(p), folder, [topic])[topic]
+        result = ingest_topic(None, kafka.bootstrap(p), topic, folder)
         path = folder / "raw" / topic
         table = DeltaTable(str(path))
         rows = table.to_pyarrow_dataset().count_rows()
-        context.log.info(f"{topic}: {added} records added, {rows} archived")
+        context.log.info(f"{topic}: {result.records_added} records added, {rows} archived")
         return dg.MaterializeResult(
             metadata={
-                "records_added": dg.MetadataValue.int(added),
+                "records_added": dg.MetadataValue.int(result.records_added),
+                OFFSETS_ADDED: dg.MetadataValue.json({str(q): list(r) for q, r in result.offset_ranges.items()}),
                 "records": dg.MetadataValue.int(int(rows)),
                 "delta_version": dg.MetadataValue.int(table.version()),
                 "path": dg.MetadataValue.path(str(path)),
@@ -128,10 +130,13 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
     """The multi-asset ``<p>_batch_views``: every batch view of ``p``, computed together by one
     Spark job (subsettable), daily partitioned with ``BackfillPolicy.single_run()``.
 
-    A run for a partition (or a range) recomputes the selected views from the whole raw
-    history and reports, per view: ``rows``, ``windows_in_partitions`` (windows starting in
-    the selected days; for a KTable view ``rows_updated_in_partitions``, by record
-    timestamp), ``partitions``, ``batch_seconds``, ``watermark_ms`` and ``path``.
+    A run recomputes the selected views from the whole raw history and materializes the days
+    it targets and the days its new records fall on (:mod:`pipelines.dagster.partitions`);
+    each day's materialization says, per view: ``rows``, ``recomputed``, ``partitions`` (the
+    run's target), ``days_with_new_data``, ``batch_seconds``, ``watermark_ms``, ``path``, and
+    for that day ``day_windows`` (windows starting that day; for a KTable view
+    ``day_rows_updated``, by record timestamp), ``day_new_records`` and
+    ``materialized_because``.
     """
     keys = {v: view_asset_key(p, v) for v in p.view_names}
     view_of_key = {k: v for v, k in keys.items()}
@@ -165,24 +170,35 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
         folder = p.lake(lake.root())
         stats = run_batch_layer(p, spark.session(), folder, views=views)
         frames = read_batch_views(p, folder, views)
-        lo, hi, days = partition_window_ms(p, context)
+        days = days_of_run(p, context, folder)
+        context.log.info(f"{p.name} batch views: {describe(days)}")
         for view in views:
             df = frames[view]
             windowed = p.view_specs[view].windowed
-            column = "window_start" if windowed else "timestamp"
-            inside = int(((df[column] >= lo) & (df[column] < hi)).fillna(False).sum()) if len(df) else 0
-            yield dg.MaterializeResult(
-                asset_key=keys[view],
-                metadata={
-                    "rows": dg.MetadataValue.int(len(df)),
-                    ("windows_in_partitions" if windowed else "rows_updated_in_partitions"):
-                        dg.MetadataValue.int(inside),
-                    "partitions": dg.MetadataValue.text(days),
-                    "batch_seconds": dg.MetadataValue.float(round(stats.seconds, 2)),
-                    "watermark_ms": dg.MetadataValue.int(int(stats.watermark_ms or 0)),
-                    "path": dg.MetadataValue.path(str(folder / "views" / view)),
-                },
-            )
+            per_day = count_per_day(df["window_start" if windowed else "timestamp"].tolist()) if len(df) else {}
+            run_md = {
+                "rows": dg.MetadataValue.int(len(df)),
+                "recomputed": dg.MetadataValue.text("every day: the whole raw history"),
+                "partitions": dg.MetadataValue.text(days.label),
+                "days_with_new_data": dg.MetadataValue.text(compact_days(days.new) or "none"),
+                "batch_seconds": dg.MetadataValue.float(round(stats.seconds, 2)),
+                "watermark_ms": dg.MetadataValue.int(int(stats.watermark_ms or 0)),
+                "path": dg.MetadataValue.path(str(folder / "views" / view)),
+            }
+
+            def day_md(day: str) -> dict[str, Any]:
+                return {
+                    ("day_windows" if windowed else "day_rows_updated"): dg.MetadataValue.int(per_day.get(day, 0)),
+                    "day_new_records": dg.MetadataValue.int(days.new.get(day, 0)),
+                    "materialized_because": dg.MetadataValue.text(days.reason(day)),
+                }
+
+            for day in days.target:
+                context.add_asset_metadata(day_md(day), asset_key=keys[view], partition_key=day)
+            yield dg.MaterializeResult(asset_key=keys[view], metadata=run_md)
+            for day in days.extra:  # days this run's data falls on, beyond its target
+                context.log_event(dg.AssetMaterialization(asset_key=keys[view], partition=day,
+                                                          metadata={**run_md, **day_md(day)}))
 
     return _views
 

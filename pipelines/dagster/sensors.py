@@ -1,10 +1,13 @@
 """Sensors of a pipeline: new Kafka data starting the recompute, and the speed layer observed.
 
 ``<p>_new_kafka_data`` (every 30 s, once turned on in the UI): when a source topic holds
-records ``<lake root>/<p>/raw`` has not archived yet, it requests a run of ``<p>_recompute``
-(ingest, batch views, checks, publish), one per distinct set of end offsets (its
-``run_key``, ``topic:partition=offset,...;...``), so a run is never requested twice for the
-same data.
+records ``<lake root>/<p>/raw`` has not archived yet, it reads them to find the days they
+fall on (event time, :mod:`pipelines.dagster.new_data`) and requests a run of
+``<p>_recompute`` (ingest, batch views, checks, publish) for those days
+(:func:`pipelines.dagster.schedules.recompute_request`; the model is in
+:mod:`pipelines.dagster.partitions`), one per distinct set of end offsets (its ``run_key``,
+``topic:partition=offset,...;...``), so a run is never requested twice for the same data. It
+skips while a run of ``<p>_recompute`` is queued or running.
 
 ``<p>_speed_layer_lag`` observes the speed layer (a service, not an op). Every minute it reads
 it (:mod:`pipelines.dagster.speed_probe`): the speed service's ``/metrics`` when
@@ -24,14 +27,13 @@ service for the lag sensor) they skip (``SkipReason``), as when the cluster is d
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from pipelines.dagster.keys import sensor_name, speed_key
-from pipelines.dagster.partitions import last_partition
 from pipelines.dagster.resources import BOOTSTRAP_ENV, KafkaResource, LakeResource
+from pipelines.dagster.schedules import context_instance, request_for_new_data
 from pipelines.dagster.speed_probe import (
     SPEED_CHECK_NAME,
     app_id_env,
@@ -49,33 +51,9 @@ from pipelines.pipeline import Pipeline
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-__all__ = ["consumer_lag", "pending_records", "new_kafka_data", "speed_layer_lag", "app_id_env"]
+__all__ = ["consumer_lag", "new_kafka_data", "speed_layer_lag", "app_id_env"]
 
 _NO_CLUSTER = f"no Kafka cluster configured (set {BOOTSTRAP_ENV})"
-
-
-def pending_records(bootstrap: str, lake: str | Path,
-                    topics: list[str]) -> tuple[dict[str, int], dict[str, dict[int, int]]]:
-    """``({topic: records in Kafka not archived in <lake>/raw/<topic>}, {topic: {partition:
-    end offset}})``; ``lake`` is a pipeline's folder. A missing topic counts as empty.
-
-    Raises:
-        confluent_kafka.KafkaException: the cluster cannot be reached.
-    """
-    from batch_layer.ingest import archived_offsets
-    from speed_layer.runtime.admin import TopicError, end_offsets
-
-    pending: dict[str, int] = {}
-    ends_by_topic: dict[str, dict[int, int]] = {}
-    for topic in topics:
-        try:
-            ends = end_offsets(bootstrap, topic)
-        except TopicError:
-            ends = {}
-        archived = archived_offsets(lake, topic)
-        ends_by_topic[topic] = ends
-        pending[topic] = sum(max(0, end - (archived.get(p, -1) + 1)) for p, end in ends.items())
-    return pending, ends_by_topic
 
 
 def speed_layer_lag(p: Pipeline, max_lag: int | None = None) -> dg.SensorDefinition:
@@ -118,9 +96,10 @@ def speed_layer_lag(p: Pipeline, max_lag: int | None = None) -> dg.SensorDefinit
 
 
 def new_kafka_data(p: Pipeline, job: "UnresolvedAssetJobDefinition") -> dg.SensorDefinition:
-    """``<p>_new_kafka_data``: requests a run of ``job`` (for the last partition) when a source
-    topic of ``p`` holds records its lake lacks, one run per set of end offsets; tags
-    ``duet/new_records`` (records pending) and ``duet/pipeline``."""
+    """``<p>_new_kafka_data``: requests a run of ``job`` for the days on which the records of
+    ``p``'s source topics its lake lacks fall, one run per set of end offsets; tags
+    ``duet/touched_days``, ``duet/new_records``, ``duet/trigger`` and ``duet/pipeline`` (see
+    :func:`pipelines.dagster.schedules.recompute_request`)."""
     topics = list(p.input_topics)
 
     @dg.sensor(
@@ -128,27 +107,14 @@ def new_kafka_data(p: Pipeline, job: "UnresolvedAssetJobDefinition") -> dg.Senso
         job=job,
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Starts {job.name} when {', '.join(topics)} hold records not yet archived in the lake.",
+        description=f"Starts {job.name} for the days on which the records of {', '.join(topics)} not yet archived "
+        "in the lake fall.",
     )
     def _new_data(context: dg.SensorEvaluationContext, kafka: KafkaResource,
                   lake: LakeResource) -> dg.RunRequest | dg.SkipReason:
-        bootstrap = kafka.configured_bootstrap()
-        if not bootstrap:
-            return dg.SkipReason(_NO_CLUSTER)
-        try:
-            pending, ends = pending_records(bootstrap, p.lake(lake.root()), topics)
-        except Exception as exc:  # the cluster may be down: report, do not crash the daemon
-            return dg.SkipReason(f"cannot read offsets from {bootstrap}: {exc}")
-        new = {t: n for t, n in pending.items() if n}
-        if not new:
-            return dg.SkipReason("no new records in " + ", ".join(topics))
-        last = last_partition(p)
-        if last is None:
-            return dg.SkipReason(f"no partition yet: the first day ({p.partitions.start}) has not ended")
-        run_key = ";".join(f"{t}:" + ",".join(f"{q}={o}" for q, o in sorted(ends[t].items())) for t in sorted(ends))
-        context.log.info(f"new records: {new}")
-        return dg.RunRequest(run_key=run_key, partition_key=last,
-                             tags={"duet/trigger": "new_kafka_data", "duet/pipeline": p.name,
-                                   "duet/new_records": str(sum(new.values()))})
+        request = request_for_new_data(p, context_instance(context), kafka, lake, trigger="new_kafka_data")
+        if isinstance(request, dg.RunRequest):
+            context.log.info(f"{request.tags['duet/new_records']} new records on {request.tags['duet/touched_days']}")
+        return request
 
     return _new_data

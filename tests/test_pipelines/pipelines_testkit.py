@@ -38,3 +38,31 @@ def write_batch_view(lake: Path, store: str, rows: list[dict[str, object]]) -> P
     return path
 
 
+
+
+def flight_on(day: str, hour: int = 10, minute: int = 15, record_timestamp: int | None = None) -> object:
+    """The first sample flight moved to ``day`` (``YYYY-MM-DD``) at ``hour:minute`` UTC, as a
+    :class:`pipelines.pipeline.SourceRecord`: its event time (the flights' timestamp extractor
+    reads ``time_hour`` + ``minute``) is on ``day``; its Kafka record timestamp is the same
+    unless ``record_timestamp`` (epoch ms) says otherwise."""
+    from datetime import datetime, timezone
+
+    from pipelines.examples.flights import pipeline as flights
+    from pipelines.pipeline import SourceRecord
+
+    _, first = flights.sample_data(1).events[0]
+    year, month, dom = (int(x) for x in day.split("-"))
+    value = {**first.value, "year": year, "month": month, "day": dom, "hour": hour, "minute": minute,
+             "time_hour": f"{day}T{hour:02d}:00:00Z"}
+    event_ms = int(datetime(year, month, dom, hour, minute, tzinfo=timezone.utc).timestamp() * 1000)
+    stamp = event_ms if record_timestamp is None else record_timestamp
+    return SourceRecord(key=first.key, value=value, timestamp=stamp)
+
+
+def produce(bootstrap: str, topic: str, records: list[object]) -> int:
+    """Produce ``records`` (:class:`pipelines.pipeline.SourceRecord`) to ``topic``; the count."""
+    from confluent_kafka import Producer
+
+    from pipelines.load import produce_records
+
+    return produce_records(Producer({"bootstrap.servers": bootstrap}), topic, records, len(records))

@@ -35,6 +35,7 @@ def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> Non
         assert res.success
         (mat,) = res.asset_materializations_for_node(asset.node_def.name)
         assert mat.metadata["records_added"].value == added
+        assert mat.metadata["offsets_added"].value == ({"0": [0, expected - 1]} if added else {})  # one partition
         assert mat.metadata["records"].value == expected
     assert (root / "flights" / "raw" / "airlines" / "_delta_log").is_dir()  # the pipeline's folder of the lake
 
@@ -64,8 +65,10 @@ def test_batch_views_and_their_blocking_checks(kafka_bootstrap: str, tmp_path: P
     assert set(mats) == {view_asset_key(flights, v) for v in flights.view_names}
     dep = mats[view_asset_key(flights, "departures_hourly")].metadata
     assert dep["rows"].value > 0
-    assert 0 < dep["windows_in_partitions"].value <= dep["rows"].value
+    assert 0 < dep["day_windows"].value <= dep["rows"].value  # the 300 flights all leave on 2013-01-01
     assert dep["partitions"].value == "2013-01-01"
+    # the records were ingested by the run before: this run's only day is the one it targets
+    assert (dep["days_with_new_data"].value, dep["materialized_because"].value) == ("none", "the run targets it")
     evaluations = res.get_asset_check_evaluations()
     assert len(evaluations) == 4
     assert all(ev.passed for ev in evaluations), [(ev.asset_key, ev.metadata["failed"]) for ev in evaluations]

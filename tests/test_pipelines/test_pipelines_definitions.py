@@ -86,15 +86,15 @@ def test_views_are_daily_partitioned_with_single_run_backfills(defs: dg.Definiti
                                               (shop.partitions.end - shop.partitions.start).days)
 
 
-def test_open_ended_partitions_run_up_to_now() -> None:
+def test_open_ended_partitions_run_up_to_today() -> None:
     from pipelines.dagster import partitions_def
     from pipelines.pipeline import Partitioning
 
     live = flights.model_copy(update={"partitions": Partitioning(start=dt.date(2026, 1, 1))})
     pdef = partitions_def(live)
     assert pdef.end is None
-    yesterday = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date().isoformat()
-    assert pdef.get_last_partition_key() == yesterday
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert pdef.get_last_partition_key() == today  # live data lands on today: it is a partition
     assert live.partitions.day_range_ms("2026-01-01", "2026-01-02") == (1767225600000, 1767225600000 + 2 * 86_400_000)
 
 
@@ -116,29 +116,28 @@ def test_the_same_pipeline_twice_is_refused() -> None:
         definitions(flights, flights)
 
 
-def test_schedule_requests_the_last_partition(defs: dg.Definitions) -> None:
+def test_the_schedule_follows_the_declared_cron(defs: dg.Definitions) -> None:
+    """What it asks for is in test_dagster_partitions (it needs a broker)."""
     schedule = _named(defs.get_repository_def().schedule_defs, "flights_recompute_schedule")
     assert schedule.cron_schedule == flights.partitions.schedule == "0 * * * *"
-    ctx = dg.build_schedule_context(
-        scheduled_execution_time=dt.datetime(2025, 3, 1, 7, tzinfo=dt.timezone.utc),
-        repository_def=defs.get_repository_def(),
-    )
-    (req,) = schedule.evaluate_tick(ctx).run_requests or []
-    assert req.partition_key == "2013-12-31"
-    assert req.run_key == "2025-03-01T07:00"
-    assert req.tags["duet/pipeline"] == "flights"
+    assert schedule.execution_timezone == "UTC" and schedule.job_name == "flights_recompute"
 
 
-def test_lag_sensor_skips_without_a_cluster(defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sensors_and_schedule_skip_without_a_cluster(defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipelines.dagster import KafkaResource
 
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    resources = {"kafka": KafkaResource(), "lake": dg.ResourceDefinition.none_resource()}
     for name in ("shop_speed_layer_lag", "shop_new_kafka_data"):
         sensor = _named(defs.get_repository_def().sensor_defs, name)
-        resources = {"kafka": KafkaResource(), "lake": dg.ResourceDefinition.none_resource()}
         with dg.build_sensor_context(resources=resources) as ctx:
             result = sensor.evaluate_tick(ctx)
         assert result.skip_message and "no Kafka cluster" in result.skip_message
+    schedule = _named(defs.get_repository_def().schedule_defs, "shop_recompute_schedule")
+    with dg.instance_for_test() as instance, dg.build_schedule_context(
+            instance=instance, resources=resources,
+            scheduled_execution_time=dt.datetime(2026, 1, 6, tzinfo=dt.timezone.utc)) as ctx:
+        assert schedule.evaluate_tick(ctx).skip_message == "no Kafka cluster configured (set KAFKA_BOOTSTRAP_SERVERS)"
 
 
 def test_workspace_loads_the_pipelines_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
