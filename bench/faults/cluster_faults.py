@@ -54,11 +54,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.faults.instance_kill import committed_input, input_lag, spawn_instance
-from bench.faults.outputs import QUIET, committed_values
+from bench.faults.instance_kill import KEYS, committed_input, settle, spawn_instance
+from bench.faults.outputs import QUIET
 
 PARTITIONS = 6
-KEYS = [f"k{i}" for i in range(60)]
 #: faults of the scripted run, in this order unless chosen with --faults
 FAULTS = ("leader-input", "leader-changelog", "leader-output", "instance-kill-broker-down",
           "rolling-restart", "pause-coordinator")
@@ -228,24 +227,7 @@ class _Run:
         report.records = sum(self.delivered.values())
         if self.undelivered:
             report.errors.append(f"{self.undelivered} input records were not delivered by the producer")
-        t0 = time.monotonic()
-        while input_lag(self.bootstrap, self.name) != 0:
-            if time.monotonic() - t0 > 300:
-                report.errors.append(f"input not fully committed 300 s after the load stopped "
-                                     f"(lag {input_lag(self.bootstrap, self.name)})")
-                break
-            time.sleep(1)
-        report.caught_up_s = time.monotonic() - t0
-        dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
-        report.instances_died = len(dead)
-        for i in dead:
-            report.errors.append(f"instance {i} exited on its own with {self.procs[i].returncode}: "
-                                 + _last_words(self.logs / f"instance-{i}.log"))
-        counts = committed_values(self.bootstrap, f"{self.name}-out", timeout_s=300)
-        last = {k: v[-1] for k, v in counts.items()}
-        report.lost_keys = sum(1 for k in KEYS if last.get(k, 0) < self.delivered[k])
-        report.duplicated_keys = sum(1 for k in KEYS if last.get(k, 0) > self.delivered[k])
-        report.repeated_counts = sum(1 for v in counts.values() for a, b in zip(v, v[1:]) if b <= a)
+        settle(self.bootstrap, self.name, self.delivered, self.procs, self.logs, report, wait_s=300, read_timeout_s=300)
 
     def close(self) -> None:
         self.done.set()
@@ -257,16 +239,6 @@ class _Run:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-
-
-
-def _last_words(log: Path) -> str:
-    """What a dead instance's log says last: the interpreter's crash report (every thread's
-    stack, from ``faulthandler``) when there is one, else its last 8 lines, ``|``-joined."""
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if not ln.startswith("%")]
-    crash = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
-    return " | ".join(lines[crash:crash + 60] if crash is not None else lines[-8:])
 
 
 def run(cluster: Any, guarantee: str, work_dir: Path, *, faults: Sequence[str] = FAULTS,

@@ -34,7 +34,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.faults.outputs import QUIET, committed_values
 
@@ -53,6 +53,7 @@ class KillReport:
     lost_keys: int = -1
     duplicated_keys: int = -1
     repeated_counts: int = -1
+    instances_died: int = 0
     caught_up_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -140,6 +141,52 @@ def input_lag(bootstrap: str, name: str) -> int | None:
     return sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
 
 
+class Outcome(Protocol):
+    """The fields :func:`settle` fills (``KillReport``, ``ClusterFaultReport``)."""
+
+    lost_keys: int
+    duplicated_keys: int
+    repeated_counts: int
+    instances_died: int
+    caught_up_s: float
+    errors: list[str]
+
+
+def settle(bootstrap: str, name: str, expected: dict[str, int], procs: list[subprocess.Popen[Any]], logs: Path,
+           report: Outcome, wait_s: float, read_timeout_s: float = 120) -> None:
+    """The end of a fault run, once the load stopped: wait (at most ``wait_s`` seconds) until
+    the group committed all of ``<name>-in``, note the instances that exited on their own
+    (with :func:`last_words` of ``logs/instance-<i>.log``), then compare the last committed
+    count of each key of ``<name>-out`` with ``expected`` (records produced per key): lost
+    (below), counted too high (above), repeated or backward counts. Fills ``report``."""
+    t0 = time.monotonic()
+    while input_lag(bootstrap, name) != 0:
+        if time.monotonic() - t0 > wait_s:
+            report.errors.append(f"input not fully committed {wait_s:.0f} s after the load stopped "
+                                 f"(lag {input_lag(bootstrap, name)})")
+            break
+        time.sleep(1)
+    report.caught_up_s = time.monotonic() - t0
+    dead = [i for i, p in enumerate(procs) if p.poll() is not None]
+    report.instances_died = len(dead)
+    for i in dead:
+        report.errors.append(f"instance {i} exited on its own with {procs[i].returncode}: "
+                             + last_words(logs / f"instance-{i}.log"))
+    counts = committed_values(bootstrap, f"{name}-out", timeout_s=read_timeout_s)
+    last = {k: v[-1] for k, v in counts.items()}
+    report.lost_keys = sum(1 for k in KEYS if last.get(k, 0) < expected[k])
+    report.duplicated_keys = sum(1 for k in KEYS if last.get(k, 0) > expected[k])
+    report.repeated_counts = sum(1 for v in counts.values() for a, b in zip(v, v[1:]) if b <= a)
+
+
+def last_words(log: Path) -> str:
+    """What a dead instance's log says last: the interpreter's crash report (every thread's
+    stack, from ``faulthandler``) when there is one, else its last 8 lines, ``|``-joined."""
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if not ln.startswith("%")]
+    crash = next((i for i, ln in enumerate(lines) if ln.startswith("Fatal Python error")), None)
+    return " | ".join(lines[crash:crash + 60] if crash is not None else lines[-8:])
+
+
 def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float = 1000.0,
         kill_every_s: float = 3.0, seed: int = 0) -> KillReport:
     """See the module docstring; ``bootstrap``: a running broker."""
@@ -185,23 +232,7 @@ def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float 
         done.set()
         feeder.join(120)
         report.records = sum(expected.values())
-        t0 = time.monotonic()
-        deadline = t0 + 240
-        while input_lag(bootstrap, name) != 0:
-            if time.monotonic() > deadline:
-                report.errors.append(f"input not fully committed after 240 s (lag {input_lag(bootstrap, name)})")
-                break
-            time.sleep(1)
-        report.caught_up_s = time.monotonic() - t0
-        dead = [i for i, p in enumerate(procs) if p.poll() is not None]
-        for i in dead:
-            tail = [ln for ln in (logs / f"instance-{i}.log").read_text(errors="replace").splitlines() if not ln.startswith("%")][-8:]
-            report.errors.append(f"instance {i} exited on its own with {procs[i].returncode}: " + " | ".join(tail))
-        counts = committed_values(bootstrap, f"{name}-out")
-        last = {k: v[-1] for k, v in counts.items()}
-        report.lost_keys = sum(1 for k in KEYS if last.get(k, 0) < expected[k])
-        report.duplicated_keys = sum(1 for k in KEYS if last.get(k, 0) > expected[k])
-        report.repeated_counts = sum(1 for v in counts.values() for a, b in zip(v, v[1:]) if b <= a)
+        settle(bootstrap, name, expected, procs, logs, report, wait_s=240)
     finally:
         done.set()
         for p in procs:
