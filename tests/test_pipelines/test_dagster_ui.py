@@ -7,16 +7,18 @@ In order, as a user would:
 1. ``duet ui --load --yes --limit 3000`` (no ``--pipeline``, outside a project: the examples)
    resets both pipelines (``--yes``: no terminal to ask), loads their sample data and starts
    the UI;
-2. one day (``2013-01-02``) of ``flights_recompute`` and the first day of ``shop_recompute``
-   are materialized: ingest, batch views, GX checks, serving publish;
-3. the ``flights_new_kafka_data`` sensor skips while the lake holds everything, and requests
-   a recompute once one more flight arrives;
-4. a run against an unreachable broker fails, and Dagster shows why;
-5. a backfill over the first week of flights' daily partitions (one run:
-   ``BackfillPolicy.single_run``);
-6. the browser opens the asset graph of both pipelines, a view's lineage, a partitioned asset,
-   its checks, the finished backfill and the failed run, asserts what a user sees and saves
-   the screenshots of ``docs/img/``.
+2. two more flights arrive, on 2013-03-10 and 2013-03-12; the ``flights_new_kafka_data``
+   sensor, turned on, runs ``flights_recompute`` for the days the new records fall on
+   (the sample's 2013-01-01..04 and those two), while the first day of ``shop_recompute`` is
+   launched by hand: ingest, batch views, GX checks, serving publish. The partitions show
+   exactly those days materialized (GraphQL, and the partitions bar in Chromium); the sensor
+   then skips;
+3. a run against an unreachable broker fails, and Dagster shows why;
+4. a backfill over the first week of flights' daily partitions (one run:
+   ``BackfillPolicy.single_run``) materializes that week;
+5. the browser opens the asset graph of both pipelines, a view's lineage, the partitions bar
+   after the backfill, its checks, the finished backfill and the failed run, asserts what a
+   user sees and saves the screenshots of ``docs/img/``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.browser, pytest
 REPO = Path(__file__).resolve().parents[2]
 IMG = REPO / "docs" / "img"
 LIMIT = 3000
-DAY = "2013-01-02"
+SAMPLE_DAYS = ["2013-01-01", "2013-01-02", "2013-01-03", "2013-01-04"]  # what the first 3000 flights fall on
+NEW_DAYS = ["2013-03-10", "2013-03-12"]  # two flights arriving later (2013-03-11: none)
 FAILED_DAY = "2013-02-01"  # outside WEEK: the failed run marks its partition failed
 WEEK = [f"2013-01-0{d}" for d in range(1, 8)]
 VIEWS = ["departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"]
@@ -127,67 +130,127 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         log.close()
 
 
-def _materializations(ui: DagsterUI, path: list[str], partition: str) -> list[tuple[str, str]]:
+def _materializations(ui: DagsterUI, path: list[str], partition: str) -> list[tuple[str, str, dict[str, str]]]:
+    """``(partition, run id, {metadata label: text})`` of each materialization of ``partition``."""
     data = ui.gql(
         """query A($key: AssetKeyInput!, $p: [String!]) { assetOrError(assetKey: $key) { ... on Asset {
-             assetMaterializations(partitions: $p) { partition runId } } } }""",
+             assetMaterializations(partitions: $p) { partition runId metadataEntries { label
+               ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue } } } } } }""",
         key={"path": path}, p=[partition],
     )
-    return [(m["partition"], m["runId"]) for m in data["assetOrError"]["assetMaterializations"]]
+    return [(m["partition"], m["runId"],
+             {e["label"]: str(e.get("text", e.get("intValue"))) for e in m["metadataEntries"]}) for m in data["assetOrError"]["assetMaterializations"]]
 
 
-def test_materialize_one_day_of_each_pipeline(ui: DagsterUI) -> None:
+def _partition_statuses(ui: DagsterUI, path: list[str]) -> list[tuple[str, str, str]]:
+    """What the partitions bar draws: ``(first day, last day, status)`` ranges from Dagster's
+    GraphQL (the days of no range are missing)."""
+    data = ui.gql(
+        """query S($key: AssetKeyInput!) { assetNodeOrError(assetKey: $key) { ... on AssetNode {
+             assetPartitionStatuses { ... on TimePartitionStatuses { ranges { startKey endKey status } } } } } }""",
+        key={"path": path},
+    )
+    return [(r["startKey"], r["endKey"], r["status"])
+            for r in data["assetNodeOrError"]["assetPartitionStatuses"]["ranges"]]
+
+
+def _sensor(ui: DagsterUI, name: str, on: bool) -> None:
+    """Turn sensor ``name`` on or off, as its toggle under Automation does."""
+    if on:
+        res = ui.gql("""mutation S($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename
+                          ... on Sensor { sensorState { id status } } ... on PythonError { message } } }""",
+                     s={"repositoryLocationName": ui.client.location_of("flights_recompute"),
+                        "repositoryName": "__repository__", "sensorName": name})["startSensor"]
+        assert res["__typename"] == "Sensor" and res["sensorState"]["status"] == "RUNNING", res
+        ui.runs[f"sensor_state:{name}"] = res["sensorState"]["id"]
+        return
+    res = ui.gql("""mutation S($id: String) { stopSensor(id: $id) { __typename
+                      ... on StopSensorMutationResult { instigationState { status } }
+                      ... on PythonError { message } } }""",
+                 id=ui.runs[f"sensor_state:{name}"])["stopSensor"]
+    assert res["__typename"] == "StopSensorMutationResult" and res["instigationState"]["status"] == "STOPPED", res
+
+
+def _run_of_sensor(ui: DagsterUI, name: str, timeout_s: float = 300) -> str:
+    """The id of the first run sensor ``name`` launches (waiting for its tick)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        runs = ui.gql("""query R($f: RunsFilter) { runsOrError(filter: $f) { ... on Runs { results { runId } } } }""",
+                      f={"tags": [{"key": "dagster/sensor_name", "value": name}]})["runsOrError"]["results"]
+        if runs:
+            return str(runs[-1]["runId"])
+        time.sleep(2)
+    pytest.fail(f"sensor {name} launched no run in {timeout_s} s")
+
+
+def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: Any) -> None:
+    import dagster as dg
+
+    from pipelines.dagster import KafkaResource, LakeResource
+    from pipelines.dagster.schedules import recompute_job
+    from pipelines.dagster.sensors import new_kafka_data as new_kafka_data_sensor
+    from pipelines_testkit import flight_on, produce
     from serving.quality.suite import load_results
     from serving.views.index import ViewIndex
 
-    shop = _shop()
+    flights, shop = _flights(), _shop()
     shop_day = shop.partitions.start.isoformat()
-    run_id = ui.client.launch_run("flights_recompute", DAY)
-    ui.runs["day"] = run_id
     shop_run = ui.runs["shop_day"] = ui.client.launch_run("shop_recompute", shop_day)
-    assert ui.wait_run(run_id) == "SUCCESS"
+    # two flights after the sample: the first is produced with the Kafka timestamp of 2013-01-01
+    # (its event time, which the flights' timestamp extractor reads, is 2013-03-10)
+    produce(ui.bootstrap, "flights", [flight_on(NEW_DAYS[0], record_timestamp=1357034400000), flight_on(NEW_DAYS[1])])
+    new_kafka_data = new_kafka_data_sensor(flights, recompute_job(flights))
+    resources = {"kafka": KafkaResource(bootstrap_servers=ui.bootstrap), "lake": LakeResource(path=str(ui.lake))}
+    with dg.build_sensor_context(resources=resources) as ctx:  # what the sensor will ask for
+        request = new_kafka_data(ctx)
+    assert isinstance(request, dg.RunRequest), request
+    assert request.partition_key == NEW_DAYS[1]  # the last block of new days; the run materializes the others
+    assert request.tags["duet/touched_days"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12"
+    assert "flights:" in request.run_key and request.tags["duet/pipeline"] == "flights"
+
+    _sensor(ui, "flights_new_kafka_data", on=True)
+    try:
+        run_id = ui.runs["sensor"] = _run_of_sensor(ui, "flights_new_kafka_data")
+        assert ui.wait_run(run_id) == "SUCCESS"
+    finally:
+        _sensor(ui, "flights_new_kafka_data", on=False)
     assert ui.wait_run(shop_run) == "SUCCESS"
-    assert _materializations(ui, ["flights", "view_departures_hourly"], DAY) == [(DAY, run_id)]
-    for view in shop.view_names:
-        assert _materializations(ui, ["shop", f"view_{view}"], shop_day) == [(shop_day, shop_run)]
+    with dg.build_sensor_context(resources=resources) as ctx:
+        skip = new_kafka_data(ctx)
+    assert isinstance(skip, dg.SkipReason) and "no new records" in (skip.skip_message or "")
+
+    # the sensor's run materialized the days its records fall on, and no other
+    touched = [("2013-01-01", "2013-01-04", "MATERIALIZED"), (NEW_DAYS[0], NEW_DAYS[0], "MATERIALIZED"),
+               (NEW_DAYS[1], NEW_DAYS[1], "MATERIALIZED")]
+    for view in VIEWS:
+        assert _partition_statuses(ui, ["flights", f"view_{view}"]) == touched, view
+    (day, by, meta), = _materializations(ui, ["flights", "view_departures_hourly"], NEW_DAYS[0])
+    assert (day, by, meta["materialized_because"]) == (NEW_DAYS[0], run_id, "1 new record of this run falls on it")
+    (_, _, meta), = _materializations(ui, ["flights", "view_departures_hourly"], NEW_DAYS[1])
+    assert meta["materialized_because"] == "the run targets it; 1 new record of this run falls on it"
+    assert meta["days_with_new_data"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12"
+    assert _materializations(ui, ["flights", "view_departures_hourly"], "2013-03-11") == []
+    for view in shop.view_names:  # shop's run: its day, and the next one, which its 3000 events reach
+        mats = _materializations(ui, ["shop", f"view_{view}"], shop_day)
+        assert [(d, r) for d, r, _ in mats] == [(shop_day, shop_run)]
+        assert _partition_statuses(ui, ["shop", f"view_{view}"]) == [(shop_day, "2026-01-06", "MATERIALIZED")]
     # each pipeline publishes and checks its views in its own folder of the lake
     for name, views in (("flights", VIEWS), ("shop", list(shop.view_names))):
         assert sorted(ViewIndex(ui.lake / name).views()) == sorted(views)
         assert {v: r.success for v, r in load_results(ui.lake / name).items()} == {v: True for v in views}
 
-
-def test_the_sensor_requests_a_recompute_when_new_kafka_data_arrives(ui: DagsterUI) -> None:
-    import dagster as dg
-    from confluent_kafka import Producer
-    from deltalake import DeltaTable
-
-    from pipelines.dagster import KafkaResource, LakeResource
-    from pipelines.dagster.schedules import recompute_job
-    from pipelines.dagster.sensors import new_kafka_data as new_kafka_data_sensor
-
-    flights = _flights()
-    new_kafka_data = new_kafka_data_sensor(flights, recompute_job(flights))
-    resources = {"kafka": KafkaResource(bootstrap_servers=ui.bootstrap), "lake": LakeResource(path=str(ui.lake))}
-    with dg.build_sensor_context(resources=resources) as ctx:
-        result = new_kafka_data(ctx)
-    assert isinstance(result, dg.SkipReason), result
-    assert "no new records" in result.skip_message
-
-    # one more flight: the first archived one again, byte for byte
-    row = DeltaTable(str(flights.lake(ui.lake) / "raw" / "flights")).to_pyarrow_table().slice(0, 1).to_pylist()[0]
-    producer = Producer({"bootstrap.servers": ui.bootstrap})
-    producer.produce("flights", key=row["key"], value=row["value"], timestamp=row["timestamp"],
-                     partition=row["partition"])
-    assert producer.flush(30) == 0
-    del producer
-    with dg.build_sensor_context(resources=resources) as ctx:
-        request = new_kafka_data(ctx)
-    assert isinstance(request, dg.RunRequest), request
-    assert new_kafka_data.job_name == "flights_recompute" and request.tags["duet/new_records"] == "1"
-    assert request.partition_key == "2013-12-31" and request.tags["duet/pipeline"] == "flights"
-    assert "flights:" in request.run_key
-    with dg.build_sensor_context(resources=resources) as ctx:  # same data, same run key: no second run
-        assert new_kafka_data(ctx).run_key == request.run_key
+    # what a user sees: 6 days materialized, the bar green on them and only them
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions&partition={NEW_DAYS[0]}",
+                 "Materialized (6)")
+    assert "Missing (359)" in text and "Failed (0)" in text
+    assert "1 new record of this run falls on it" in text and run_id[:8] in text  # the day's materialization
+    assert _bar_days(browser) == {d: "materialized" for d in [*SAMPLE_DAYS, *NEW_DAYS]}
+    _assert_bar_pixels(browser, green=[*SAMPLE_DAYS, *NEW_DAYS], not_green=["2013-03-11", "2013-03-09", "2013-12-31"])
+    browser.save_screenshot(str(IMG / "dagster-partitions-sensor.png"))
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions&partition=2013-03-11",
+                 "Materialized (6)")
+    details = text[text.index("Latest materialization"):]
+    assert details.split("\n")[1] == "None", details[:200]  # no materialization of a day no data falls on
 
 
 def test_a_failed_run_says_why(ui: DagsterUI) -> None:
@@ -225,7 +288,10 @@ def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
              partitionStats { numMaterialized numPartitions } } } }""",
         key={"path": ["flights", "view_seats_by_dest_daily"]},
     )["assetNodeOrError"]["partitionStats"]
-    assert stats == {"numMaterialized": 7, "numPartitions": 365}  # the week (2013-01-02 among them)
+    assert stats == {"numMaterialized": 9, "numPartitions": 365}  # the week, and the sensor's two days of March
+    assert _partition_statuses(ui, ["flights", "view_seats_by_dest_daily"]) == [
+        (WEEK[0], WEEK[-1], "MATERIALIZED"), (FAILED_DAY, FAILED_DAY, "FAILED"),
+        (NEW_DAYS[0], NEW_DAYS[0], "MATERIALIZED"), (NEW_DAYS[1], NEW_DAYS[1], "MATERIALIZED")]
 
 
 # ------------------------------------------------------------------------------------- browser
@@ -262,8 +328,49 @@ def _dismiss_onboarding(browser: Any) -> None:
             time.sleep(0.2)
 
 
+_BAR = "[class*=partitionSpansContainer]"  # the partitions bar of an asset's Partitions tab
+_STATUS_OF_COLOR = {"green": "materialized", "red": "failed", "blue": "materializing"}
+
+
+def _bar_days(browser: Any) -> dict[str, str]:
+    """``{day: status}`` of the colored spans of the partitions bar on the page (each span's
+    left and width in % of the flights' 365 days; a day of no span is missing)."""
+    from pipelines.dagster.partitions import partition_keys
+
+    keys = partition_keys(_flights())
+    spans = browser.execute_script(f"""return [...document.querySelector('{_BAR}').children].map(s => [
+        s.style.left, s.style.width, (s.querySelector('[class*=colorSpan]') || s).style.background]);""")
+    days: dict[str, str] = {}
+    for left, width, color in spans:
+        first = round(float(left.rstrip("%)").split()[-1].rstrip("%")) * len(keys) / 100)
+        count = max(1, round(float(width.rstrip("%")) * len(keys) / 100))
+        status = next((v for k, v in _STATUS_OF_COLOR.items() if f"accent-{k}" in color), color)
+        days.update({d: status for d in keys[first:first + count]})
+    return days
+
+
+def _assert_bar_pixels(browser: Any, green: list[str], not_green: list[str]) -> None:
+    """The color the browser paints at the middle of each day's slice of the partitions bar:
+    Dagster's green on the days of ``green``, not on those of ``not_green``."""
+    from pipelines.dagster.partitions import partition_keys
+
+    keys = partition_keys(_flights())
+    colors = browser.execute_script(f"""const r = document.querySelector('{_BAR}').getBoundingClientRect();
+        return arguments[0].map(i => getComputedStyle(document.elementFromPoint(
+            r.left + (i + 0.5) / arguments[1] * r.width, r.top + r.height / 2)).backgroundColor);""",
+        [keys.index(d) for d in [*green, *not_green]], len(keys))
+    painted = dict(zip([*green, *not_green], colors))
+
+    def is_green(css: str) -> bool:
+        r, g, b = (int(x) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+        return g > r + 60 and g > b + 40
+
+    assert [d for d in green if not is_green(painted[d])] == [], painted
+    assert [d for d in not_green if is_green(painted[d])] == [], painted
+
+
 def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None:
-    if {"day", "backfill", "failed"} - set(ui.runs):
+    if {"sensor", "backfill", "failed"} - set(ui.runs):
         pytest.skip("needs the runs of the tests above")
     # both pipelines, each: Kafka -> ingest -> batch -> serving, the speed layer beside it
     text = _open(browser, f"{ui.url}/asset-groups", "Global asset lineage")
@@ -277,9 +384,12 @@ def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None
     for asset in ("raw_flights", "raw_planes", "raw_airports", "raw_airlines", "serving_publish"):
         assert asset in text
     browser.save_screenshot(str(IMG / "dagster-lineage.png"))
-    # the partitioned asset: the 7 days of the week materialized, the failed run's day failed
-    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions", "Materialized (7)")
-    assert "Failed (1)" in text and "Missing (357)" in text
+    # the partitioned asset: the week backfilled and the sensor's two days materialized, the failed run's day
+    # failed, the rest missing
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions", "Materialized (9)")
+    assert "Failed (1)" in text and "Missing (355)" in text
+    assert _bar_days(browser) == {**{d: "materialized" for d in [*WEEK, *NEW_DAYS]}, FAILED_DAY: "failed"}
+    _assert_bar_pixels(browser, green=[*WEEK, *NEW_DAYS], not_green=["2013-01-08", "2013-03-11", FAILED_DAY])
     browser.save_screenshot(str(IMG / "dagster-partitions.png"))
     # the asset check wrapping the Great Expectations suite
     text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=checks", "gx_suite")
