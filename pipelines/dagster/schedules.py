@@ -63,8 +63,8 @@ def recompute_request(p: Pipeline, new: NewData, keys: list[str], *, trigger: st
     if not inside:
         where = f"they fall on {compact_days(outside)}" if outside else "none has a usable timestamp"
         span = f"{keys[0]}..{keys[-1]}" if keys else f"none yet (from {p.partitions.start})"
-        return dg.SkipReason(f"{new.total} new records in {topics}, none on a day of the partitions ({span}): "
-                             f"{where}; launch a run from the UI to ingest them")
+        return dg.SkipReason(f"{new.total} new record{'' if new.total == 1 else 's'} in {topics}, none on a day of "
+                             f"the partitions ({span}): {where}; launch a run from the UI to ingest them")
     first, last = day_blocks(inside)[-1]
     tags = {"duet/trigger": trigger, "duet/pipeline": p.name, "duet/new_records": str(new.total),
             TOUCHED_DAYS_TAG: compact_days(inside)}

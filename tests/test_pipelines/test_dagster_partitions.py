@@ -3,14 +3,16 @@ the days it targets and the days its new records fall on, nothing else; the sens
 schedule target the days new data falls on, or skip.
 
 The day arithmetic and the run request are pure functions (hypothesis); the sensor, the run
-and the schedule then go through the session's broker and Spark with a few flights moved to
-chosen days."""
+and the schedule then go through the session's broker and Spark on a small pipeline of the
+test's own (the examples go through the Dagster UI in test_dagster_ui)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +26,8 @@ from pipelines.dagster.partitions import (
 )
 from pipelines.dagster.schedules import RANGE_END_TAG, RANGE_START_TAG, recompute_request
 from pipelines.examples.flights import pipeline as flights
-from pipelines_testkit import flight_on, produce
+from pipelines.pipeline import Partitioning, Pipeline, Source, View
+from pipelines_testkit import flight_on
 
 KEYS = partition_keys(flights)  # 2013-01-01 .. 2013-12-31
 _days = st.lists(st.dates(min_value=dt.date(2012, 12, 25), max_value=dt.date(2014, 1, 6)).map(dt.date.isoformat),
@@ -137,69 +140,131 @@ def _json(value: object) -> bytes:
 
 
 # ---------------------------------------------------------------- sensor, run, schedule: for real
+def _readings(prefix: str) -> Pipeline:
+    """Not an example: readings ``<prefix>-readings`` (2 partitions, key: sensor, value
+    ``{"at": epoch ms}``) whose event time is their ``at`` (a timestamp extractor), counted
+    per sensor (``<prefix>-per_sensor``, a KTable) and per sensor and hour
+    (``<prefix>-hourly``)."""
+    from speed_layer import Consumed, Materialized, Produced, Serdes, StreamsBuilder, TimeWindows
+
+    topic, per_sensor, hourly = f"{prefix}-readings", f"{prefix}-per_sensor", f"{prefix}-hourly"
+
+    def build() -> Any:
+        def at(key: Any, value: Any, record_timestamp: int, partition_time: int) -> int:
+            return int(value["at"])
+
+        b = StreamsBuilder()
+        text, js = Serdes.String(), Serdes.JSON()
+        s = b.stream(topic, Consumed(key_serde=text, value_serde=js, timestamp_extractor=at))
+        s.group_by_key().count(Materialized.as_(per_sensor)).to_stream().to(
+            per_sensor, Produced(key_serde=text, value_serde=js))
+        (s.group_by_key().windowed_by(TimeWindows.of_size_and_grace(dt.timedelta(hours=1), dt.timedelta(days=365)))
+         .count(Materialized.as_(hourly)).to_stream()
+         .to(hourly, Produced(key_serde=Serdes.WindowedJSON(text), value_serde=js)))
+        return b.build()
+
+    return Pipeline(name="readings", topology=build, sources=[Source(topic=topic, partitions=2)],
+                    views=[View(store=per_sensor), View(store=hourly)],
+                    partitions=Partitioning(start=dt.date(2026, 3, 1), end=dt.date(2026, 4, 1)))
+
+
+def _produce_readings(bootstrap: str, topic: str, readings: list[tuple[str, str, int]]) -> None:
+    """``(sensor, day, hour)`` readings at ``day hour:30`` UTC, each produced with the Kafka
+    timestamp 2026-03-01T00:00Z (their event time is their ``at``); ``day`` ``"garbage"``: a
+    value that is no JSON."""
+    from confluent_kafka import Producer
+
+    failed: list[object] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for sensor, day, hour in readings:
+        at = dt.datetime.fromisoformat(f"{day}T{hour:02d}:30:00+00:00") if day != "garbage" else None
+        value = json.dumps({"at": int(at.timestamp() * 1000)}).encode() if at else b"{not json"
+        producer.produce(topic, key=sensor.encode(), value=value, timestamp=1772323200000, on_delivery=delivered)
+    assert producer.flush(30) == 0 and failed == []
+
+
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_sensor_run_materializes_exactly_the_days_its_data_falls_on(kafka_bootstrap: str, spark: object,
-                                                                      instance: dg.DagsterInstance,
+                                                                      instance: dg.DagsterInstance, unique_name: str,
                                                                       tmp_path: Path) -> None:
-    """A fresh lake; the sample's tables and first 30 flights (2013-01-01), flights on 01-03,
-    01-05 and 01-06 (one produced with a Kafka timestamp of 01-01: its event time counts). The
-    sensor asks for 01-05..01-06 (the last block) naming 01-01, 01-03 as touched; one more
-    flight on 01-08 arrives before the run ingests. The run materializes 01-01, 01-03,
-    01-05, 01-06 and 01-08, each saying why; 01-02, 01-04, 01-07 and 12-31 stay missing. Then
-    the sensor and the schedule skip, until a flight on 01-10 and 01-11: a schedule run for
-    them."""
+    """A pipeline of its own (event time from the value), a fresh lake, readings on 03-02,
+    03-04, 03-05, one before the partitions and one that is no JSON, all produced with a Kafka
+    timestamp of 03-01. The sensor asks for 03-04..03-05 (the last block) naming 03-02 as
+    touched; one more reading, on 03-08, arrives before the run ingests. The run materializes
+    03-02, 03-04, 03-05 and 03-08, each saying why; 03-01, 03-03, 03-06, 03-07 stay missing.
+    Then the sensor and the schedule skip; a reading after the partitions alone is no run; two
+    on 03-10 and 03-11 make a schedule run for them."""
     from pipelines.dagster import KafkaResource, LakeResource, SparkResource, definitions, view_asset_key
-    from pipelines.steps import load_data, reset_pipeline
 
+    from pipelines.steps import ensure_pipeline_topics
+
+    p = _readings(unique_name)
+    topic = f"{unique_name}-readings"
     root = tmp_path / "lake"
-    reset_pipeline(flights, kafka_bootstrap, flights.lake(root))
-    load_data(flights, kafka_bootstrap, limit=30)
-    on_jan_1 = 30 + sum(len(v) for v in flights.sample_data(0).tables.values())
-    produce(kafka_bootstrap, "flights", [flight_on("2013-01-03"), flight_on("2013-01-05"),
-                                         flight_on("2013-01-06", record_timestamp=1357034400000)])
+    ensure_pipeline_topics(p, kafka_bootstrap)
+    _produce_readings(kafka_bootstrap, topic, [("a", "2026-03-02", 9), ("a", "2026-03-02", 10), ("b", "2026-03-04", 23),
+                                               ("b", "2026-03-05", 0), ("b", "2026-02-20", 5), ("a", "garbage", 0)])
     resources = {"kafka": KafkaResource(bootstrap_servers=kafka_bootstrap), "lake": LakeResource(path=str(root)),
                  "spark": SparkResource()}
-    defs = definitions(flights, resources=resources)
+    defs = definitions(p, resources=resources)
     repo = defs.get_repository_def()
-    sensor = repo.get_sensor_def("flights_new_kafka_data")
-    schedule = repo.get_schedule_def("flights_recompute_schedule")
+    sensor, schedule = repo.get_sensor_def("readings_new_kafka_data"), repo.get_schedule_def("readings_recompute_schedule")
 
-    with dg.build_sensor_context(instance=instance, resources=resources, repository_def=repo) as ctx:
-        (req,) = sensor.evaluate_tick(ctx).run_requests or []
+    def tick(what: Any, **kw: Any) -> Any:
+        if what is sensor:
+            with dg.build_sensor_context(instance=instance, resources=resources, repository_def=repo) as ctx:
+                return sensor.evaluate_tick(ctx)
+        with dg.build_schedule_context(instance=instance, resources=resources, **kw,
+                                       scheduled_execution_time=dt.datetime(2026, 3, 12, 7, tzinfo=dt.timezone.utc)) as ctx:
+            return schedule.evaluate_tick(ctx)
+
+    first = tick(sensor)
+    (req,) = first.run_requests or pytest.fail(str(first.skip_message))
     assert req.partition_key is None and (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == \
-        ("2013-01-05", "2013-01-06")
-    assert req.tags["duet/touched_days"] == "2013-01-01, 2013-01-03, 2013-01-05..2013-01-06"
-    assert req.tags["duet/new_records"] == str(on_jan_1 + 3) and req.tags["duet/trigger"] == "new_kafka_data"
+        ("2026-03-04", "2026-03-05")
+    assert req.tags["duet/touched_days"] == "2026-03-02, 2026-03-04..2026-03-05"
+    assert req.tags["duet/new_records"] == "6" and req.tags["duet/trigger"] == "new_kafka_data"
 
-    produce(kafka_bootstrap, "flights", [flight_on("2013-01-08")])  # after the tick, before the run's ingest
-    result = defs.resolve_job_def("flights_recompute").execute_in_process(instance=instance, tags=req.tags)
+    _produce_readings(kafka_bootstrap, topic, [("c", "2026-03-08", 12)])  # after the tick, before the run's ingest
+    result = defs.resolve_job_def("readings_recompute").execute_in_process(instance=instance, tags=req.tags)
     assert result.success
-    touched = ["2013-01-01", "2013-01-03", "2013-01-05", "2013-01-06", "2013-01-08"]
-    for view in flights.view_names:
-        assert sorted(instance.get_materialized_partitions(view_asset_key(flights, view))) == touched, view
-    key = view_asset_key(flights, "departures_hourly")
-    mats = {e.materialization.partition: e.materialization.metadata
-            for e in result.get_asset_materialization_events() if e.materialization.asset_key == key}
-    assert sorted(mats) == touched
-    because = {d: m["materialized_because"].value for d, m in mats.items()}
-    assert because["2013-01-06"] == "the run targets it; 1 new record of this run falls on it"
-    assert because["2013-01-03"] == because["2013-01-08"] == "1 new record of this run falls on it"
-    assert mats["2013-01-01"]["day_new_records"].value == on_jan_1
-    assert mats["2013-01-03"]["day_windows"].value == 1  # one flight: one hourly window (EWR, 10:00)
-    for meta in mats.values():
-        assert meta["partitions"].value == "2013-01-05..2013-01-06"
-        assert meta["days_with_new_data"].value == "2013-01-01, 2013-01-03, 2013-01-05..2013-01-06, 2013-01-08"
+    touched = ["2026-03-02", "2026-03-04", "2026-03-05", "2026-03-08"]
+    mats: dict[str, dict[str, Any]] = {}
+    for view in p.view_names:
+        assert sorted(instance.get_materialized_partitions(view_asset_key(p, view))) == touched, view
+        mats[view] = {e.materialization.partition: e.materialization.metadata for e in
+                      result.get_asset_materialization_events() if e.materialization.asset_key == view_asset_key(p, view)}
+        assert sorted(mats[view]) == touched
+    per_sensor, hourly = p.view_names
+    because = {d: m["materialized_because"].value for d, m in mats[hourly].items()}
+    assert because == {"2026-03-02": "2 new records of this run fall on it",
+                       "2026-03-04": "the run targets it; 1 new record of this run falls on it",
+                       "2026-03-05": "the run targets it; 1 new record of this run falls on it",
+                       "2026-03-08": "1 new record of this run falls on it"}
+    assert {d: m["day_windows"].value for d, m in mats[hourly].items()} == \
+        {"2026-03-02": 2, "2026-03-04": 1, "2026-03-05": 1, "2026-03-08": 1}  # (sensor, hour) windows
+    assert {d: m["day_rows_updated"].value for d, m in mats[per_sensor].items()} == \
+        {"2026-03-02": 1, "2026-03-04": 0, "2026-03-05": 1, "2026-03-08": 1}  # a, b, c: each its last reading's day
+    for meta in mats[hourly].values():
+        assert meta["partitions"].value == "2026-03-04..2026-03-05"
+        assert meta["days_with_new_data"].value == "2026-03-02, 2026-03-04..2026-03-05, 2026-03-08"
         assert meta["recomputed"].value == "every day: the whole raw history"
 
-    with dg.build_sensor_context(instance=instance, resources=resources, repository_def=repo) as ctx:
-        assert sensor.evaluate_tick(ctx).skip_message == "no new records in flights, planes, airports, airlines"
-    tick = dt.datetime(2025, 3, 1, 7, tzinfo=dt.timezone.utc)
-    with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as ctx:
-        assert schedule.evaluate_tick(ctx).skip_message == "no new records in flights, planes, airports, airlines"
-    produce(kafka_bootstrap, "flights", [flight_on("2013-01-11"), flight_on("2013-01-10")])
-    with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as ctx:
-        (req,) = schedule.evaluate_tick(ctx).run_requests or []
-    assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2013-01-10", "2013-01-11")
-    assert req.run_key == "2025-03-01T07:00" and req.tags["duet/trigger"] == "schedule"
+    assert tick(sensor).skip_message == f"no new records in {topic}"
+    assert tick(schedule).skip_message == f"no new records in {topic}"
+    _produce_readings(kafka_bootstrap, topic, [("a", "2026-05-01", 8)])
+    assert tick(sensor).skip_message == (f"1 new record in {topic}, none on a day of the partitions "
+                                         "(2026-03-01..2026-03-31): they fall on 2026-05-01; launch a run from the UI "
+                                         "to ingest them")
+    _produce_readings(kafka_bootstrap, topic, [("a", "2026-03-11", 8), ("b", "2026-03-10", 8)])
+    (req,) = tick(schedule).run_requests or []
+    assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2026-03-10", "2026-03-11")
+    assert req.tags["duet/touched_days"] == "2026-03-10..2026-03-11" and req.tags["duet/new_records"] == "3"
+    assert req.run_key == "2026-03-12T07:00" and req.tags["duet/trigger"] == "schedule"
