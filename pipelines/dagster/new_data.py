@@ -122,7 +122,8 @@ class NewData:
 def kafka_new_data(p: Pipeline, bootstrap: str, lake: str | Path, *, read_days: bool = True) -> NewData:
     """The records of ``p``'s source topics beyond what ``lake`` (the pipeline's folder) has
     archived; with ``read_days`` they are read (keys, values and timestamps) to find their
-    days. A missing topic counts as empty.
+    days, and counted as read (else the offsets are counted, transaction markers included).
+    A missing topic counts as empty.
 
     Raises:
         confluent_kafka.KafkaException, RuntimeError: the cluster cannot be reached, or stops
@@ -143,9 +144,17 @@ def kafka_new_data(p: Pipeline, bootstrap: str, lake: str | Path, *, read_days: 
         out.ends[topic] = ends
         out.records[topic] = sum(end - start for start, end in plan.values())
         if read_days and plan:
-            days, undated = record_days(decoders[topic], read_kafka_range(bootstrap, topic, plan))
+            read = [0]
+
+            def counted(records: Iterator[RawRecord]) -> Iterator[RawRecord]:
+                for rec in records:
+                    read[0] += 1
+                    yield rec
+
+            days, undated = record_days(decoders[topic], counted(read_kafka_range(bootstrap, topic, plan)))
             out.days.update(days)
             out.undated += undated
+            out.records[topic] = read[0]  # offsets that hold no record (transaction markers) are not counted
     return out
 
 

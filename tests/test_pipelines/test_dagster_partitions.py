@@ -268,3 +268,32 @@ def test_a_sensor_run_materializes_exactly_the_days_its_data_falls_on(kafka_boot
     assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2026-03-10", "2026-03-11")
     assert req.tags["duet/touched_days"] == "2026-03-10..2026-03-11" and req.tags["duet/new_records"] == "3"
     assert req.run_key == "2026-03-12T07:00" and req.tags["duet/trigger"] == "schedule"
+
+
+@pytest.mark.broker
+def test_a_transaction_marker_is_no_new_record(kafka_bootstrap: str, unique_name: str, tmp_path: Path) -> None:
+    """A topic written in a transaction ends with a commit marker the ingest cannot archive:
+    once its records are archived, the sensor sees nothing new (not 'one record on no day')."""
+    from confluent_kafka import Producer
+
+    from batch_layer.ingest import ingest_topic
+    from pipelines.dagster.new_data import kafka_new_data
+    from pipelines.steps import ensure_pipeline_topics
+
+    p = _readings(unique_name)
+    topic = f"{unique_name}-readings"
+    ensure_pipeline_topics(p, kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_name}-tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    at = int(dt.datetime(2026, 3, 3, 12, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    for sensor in ("a", "b", "c"):
+        producer.produce(topic, key=sensor.encode(), value=json.dumps({"at": at}).encode())
+    producer.commit_transaction(30)
+    new = kafka_new_data(p, kafka_bootstrap, tmp_path)
+    assert (new.records, dict(new.days)) == ({topic: 3}, {"2026-03-03": 3})
+    assert ingest_topic(None, kafka_bootstrap, topic, tmp_path).records_added == 3
+    new = kafka_new_data(p, kafka_bootstrap, tmp_path)
+    assert new.total == 0 and sum(sum(e.values()) for e in new.ends.values()) > 3  # the markers' offsets
+    req = recompute_request(p, new, partition_keys(p), trigger="t", run_key=None)
+    assert isinstance(req, dg.SkipReason) and req.skip_message == f"no new records in {topic}"
