@@ -7,9 +7,9 @@ In order, as a user would:
 1. ``duet ui --load --yes --limit 3000`` (no ``--pipeline``, outside a project: the examples)
    resets both pipelines (``--yes``: no terminal to ask), loads their sample data and starts
    the UI;
-2. two more flights arrive, on 2013-03-10 and 2013-03-12; the ``flights_new_kafka_data``
+2. three more flights arrive, on 2013-03-10, 03-12 and 03-13; the ``flights_new_kafka_data``
    sensor, turned on, runs ``flights_recompute`` for the days the new records fall on
-   (the sample's 2013-01-01..04 and those two), while the first day of ``shop_recompute`` is
+   (the sample's 2013-01-01..04 and those three), while the first day of ``shop_recompute`` is
    launched by hand: ingest, batch views, GX checks, serving publish. The partitions show
    exactly those days materialized (GraphQL, and the partitions bar in Chromium); the sensor
    then skips;
@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 IMG = REPO / "docs" / "img"
 LIMIT = 3000
 SAMPLE_DAYS = ["2013-01-01", "2013-01-02", "2013-01-03", "2013-01-04"]  # what the first 3000 flights fall on
-NEW_DAYS = ["2013-03-10", "2013-03-12"]  # two flights arriving later (2013-03-11: none)
+NEW_DAYS = ["2013-03-10", "2013-03-12", "2013-03-13"]  # three flights arriving later (2013-03-11: none)
 FAILED_DAY = "2013-02-01"  # outside WEEK: the failed run marks its partition failed
 WEEK = [f"2013-01-0{d}" for d in range(1, 8)]
 VIEWS = ["departures_hourly", "same_tz_hourly", "seats_by_dest_daily", "plane_duty_sessions"]
@@ -187,7 +187,7 @@ def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: 
     import dagster as dg
 
     from pipelines.dagster import KafkaResource, LakeResource
-    from pipelines.dagster.schedules import recompute_job
+    from pipelines.dagster.schedules import RANGE_END_TAG, RANGE_START_TAG, recompute_job
     from pipelines.dagster.sensors import new_kafka_data as new_kafka_data_sensor
     from pipelines_testkit import flight_on, produce
     from serving.quality.suite import load_results
@@ -196,16 +196,19 @@ def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: 
     flights, shop = _flights(), _shop()
     shop_day = shop.partitions.start.isoformat()
     shop_run = ui.runs["shop_day"] = ui.client.launch_run("shop_recompute", shop_day)
-    # two flights after the sample: the first is produced with the Kafka timestamp of 2013-01-01
+    # three flights after the sample: the first is produced with the Kafka timestamp of 2013-01-01
     # (its event time, which the flights' timestamp extractor reads, is 2013-03-10)
-    produce(ui.bootstrap, "flights", [flight_on(NEW_DAYS[0], record_timestamp=1357034400000), flight_on(NEW_DAYS[1])])
+    produce(ui.bootstrap, "flights", [flight_on(NEW_DAYS[0], record_timestamp=1357034400000), flight_on(NEW_DAYS[1]),
+                                      flight_on(NEW_DAYS[2])])
     new_kafka_data = new_kafka_data_sensor(flights, recompute_job(flights))
     resources = {"kafka": KafkaResource(bootstrap_servers=ui.bootstrap), "lake": LakeResource(path=str(ui.lake))}
     with dg.build_sensor_context(resources=resources) as ctx:  # what the sensor will ask for
         request = new_kafka_data(ctx)
     assert isinstance(request, dg.RunRequest), request
-    assert request.partition_key == NEW_DAYS[1]  # the last block of new days; the run materializes the others
-    assert request.tags["duet/touched_days"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12"
+    # the last block of new days, as Dagster's range tags; the run materializes the others
+    assert request.partition_key is None and (request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]) == \
+        (NEW_DAYS[1], NEW_DAYS[2])
+    assert request.tags["duet/touched_days"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12..2013-03-13"
     assert "flights:" in request.run_key and request.tags["duet/pipeline"] == "flights"
 
     _sensor(ui, "flights_new_kafka_data", on=True)
@@ -221,14 +224,15 @@ def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: 
 
     # the sensor's run materialized the days its records fall on, and no other
     touched = [("2013-01-01", "2013-01-04", "MATERIALIZED"), (NEW_DAYS[0], NEW_DAYS[0], "MATERIALIZED"),
-               (NEW_DAYS[1], NEW_DAYS[1], "MATERIALIZED")]
+               (NEW_DAYS[1], NEW_DAYS[2], "MATERIALIZED")]
     for view in VIEWS:
         assert _partition_statuses(ui, ["flights", f"view_{view}"]) == touched, view
     (day, by, meta), = _materializations(ui, ["flights", "view_departures_hourly"], NEW_DAYS[0])
     assert (day, by, meta["materialized_because"]) == (NEW_DAYS[0], run_id, "1 new record of this run falls on it")
     (_, _, meta), = _materializations(ui, ["flights", "view_departures_hourly"], NEW_DAYS[1])
     assert meta["materialized_because"] == "the run targets it; 1 new record of this run falls on it"
-    assert meta["days_with_new_data"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12"
+    assert meta["days_with_new_data"] == "2013-01-01..2013-01-04, 2013-03-10, 2013-03-12..2013-03-13"
+    assert meta["partitions"] == "2013-03-12..2013-03-13"
     assert _materializations(ui, ["flights", "view_departures_hourly"], "2013-03-11") == []
     for view in shop.view_names:  # shop's run: its day, and the next one, which its 3000 events reach
         mats = _materializations(ui, ["shop", f"view_{view}"], shop_day)
@@ -239,16 +243,16 @@ def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: 
         assert sorted(ViewIndex(ui.lake / name).views()) == sorted(views)
         assert {v: r.success for v, r in load_results(ui.lake / name).items()} == {v: True for v in views}
 
-    # what a user sees: 6 days materialized, the bar green on them and only them
+    # what a user sees: 7 days materialized, the bar green on them and only them
     text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions&partition={NEW_DAYS[0]}",
-                 "Materialized (6)")
-    assert "Missing (359)" in text and "Failed (0)" in text
+                 "Materialized (7)")
+    assert "Missing (358)" in text and "Failed (0)" in text
     assert "1 new record of this run falls on it" in text and run_id[:8] in text  # the day's materialization
     assert _bar_days(browser) == {d: "materialized" for d in [*SAMPLE_DAYS, *NEW_DAYS]}
     _assert_bar_pixels(browser, green=[*SAMPLE_DAYS, *NEW_DAYS], not_green=["2013-03-11", "2013-03-09", "2013-12-31"])
     browser.save_screenshot(str(IMG / "dagster-partitions-sensor.png"))
     text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions&partition=2013-03-11",
-                 "Materialized (6)")
+                 "Materialized (7)")
     details = text[text.index("Latest materialization"):]
     assert details.split("\n")[1] == "None", details[:200]  # no materialization of a day no data falls on
 
@@ -288,10 +292,10 @@ def test_backfill_a_week_of_daily_partitions(ui: DagsterUI) -> None:
              partitionStats { numMaterialized numPartitions } } } }""",
         key={"path": ["flights", "view_seats_by_dest_daily"]},
     )["assetNodeOrError"]["partitionStats"]
-    assert stats == {"numMaterialized": 9, "numPartitions": 365}  # the week, and the sensor's two days of March
+    assert stats == {"numMaterialized": 10, "numPartitions": 365}  # the week, and the sensor's three days of March
     assert _partition_statuses(ui, ["flights", "view_seats_by_dest_daily"]) == [
         (WEEK[0], WEEK[-1], "MATERIALIZED"), (FAILED_DAY, FAILED_DAY, "FAILED"),
-        (NEW_DAYS[0], NEW_DAYS[0], "MATERIALIZED"), (NEW_DAYS[1], NEW_DAYS[1], "MATERIALIZED")]
+        (NEW_DAYS[0], NEW_DAYS[0], "MATERIALIZED"), (NEW_DAYS[1], NEW_DAYS[2], "MATERIALIZED")]
 
 
 # ------------------------------------------------------------------------------------- browser
@@ -384,10 +388,10 @@ def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None
     for asset in ("raw_flights", "raw_planes", "raw_airports", "raw_airlines", "serving_publish"):
         assert asset in text
     browser.save_screenshot(str(IMG / "dagster-lineage.png"))
-    # the partitioned asset: the week backfilled and the sensor's two days materialized, the failed run's day
+    # the partitioned asset: the week backfilled and the sensor's three days materialized, the failed run's day
     # failed, the rest missing
-    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions", "Materialized (9)")
-    assert "Failed (1)" in text and "Missing (355)" in text
+    text = _open(browser, f"{ui.url}/assets/flights/view_departures_hourly?view=partitions", "Materialized (10)")
+    assert "Failed (1)" in text and "Missing (354)" in text
     assert _bar_days(browser) == {**{d: "materialized" for d in [*WEEK, *NEW_DAYS]}, FAILED_DAY: "failed"}
     _assert_bar_pixels(browser, green=[*WEEK, *NEW_DAYS], not_green=["2013-01-08", "2013-03-11", FAILED_DAY])
     browser.save_screenshot(str(IMG / "dagster-partitions.png"))
