@@ -65,4 +65,7 @@ def produce(bootstrap: str, topic: str, records: list[object]) -> int:
 
     from pipelines.load import produce_records
 
-    return produce_records(Producer({"bootstrap.servers": bootstrap}), topic, records, len(records))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    n = produce_records(producer, topic, records, len(records))
+    del producer  # closed now, not after the broker stops
+    return n

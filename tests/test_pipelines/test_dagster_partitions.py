@@ -186,6 +186,7 @@ def _produce_readings(bootstrap: str, topic: str, readings: list[tuple[str, str,
         value = json.dumps({"at": int(at.timestamp() * 1000)}).encode() if at else b"{not json"
         producer.produce(topic, key=sensor.encode(), value=value, timestamp=1772323200000, on_delivery=delivered)
     assert producer.flush(30) == 0 and failed == []
+    del producer  # closed now, not at the end of the session (after the broker)
 
 
 @pytest.mark.broker
@@ -290,6 +291,7 @@ def test_a_transaction_marker_is_no_new_record(kafka_bootstrap: str, unique_name
     for sensor in ("a", "b", "c"):
         producer.produce(topic, key=sensor.encode(), value=json.dumps({"at": at}).encode())
     producer.commit_transaction(30)
+    del producer
     new = kafka_new_data(p, kafka_bootstrap, tmp_path)
     assert (new.records, dict(new.days)) == ({topic: 3}, {"2026-03-03": 3})
     assert ingest_topic(None, kafka_bootstrap, topic, tmp_path).records_added == 3
