@@ -182,10 +182,11 @@ class View(_Declared):
 class Partitioning(_Declared):
     """The batch views' Dagster partitions and the recompute schedule.
 
-    Daily partitions (UTC) from ``start`` to ``end`` (exclusive), or up to today when ``end``
-    is ``None`` (live data). A partition selects the days whose windows a materialization
-    reports on; the batch layer always recomputes from the whole archived history (windows,
-    sessions and joins depend on everything before them; see :mod:`pipelines.dagster`).
+    Daily partitions (UTC days of event time) from ``start`` to ``end`` (exclusive), or up
+    to today when ``end`` is ``None`` (live data). The batch layer always recomputes from the
+    whole archived history (windows, sessions and joins depend on everything before them); a
+    run materializes the days it targets and the days its newly archived records fall on
+    (``docs/dagster-partitions.md``, :mod:`pipelines.dagster.partitions`).
 
     Attributes:
         start: the first day.
