@@ -26,8 +26,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pipelines.cli_support import (
-    BackgroundSpark, BootstrapOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, ScaleOpt, app, cluster,
-    interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
+    BackgroundSpark, BootstrapOpt, InstancesOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, ScaleOpt, app,
+    cluster, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
     user_errors,
 )
 
@@ -51,6 +51,7 @@ def run(
                      "stream's)."),
     ] = True,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds the speed layer may take to catch up.")] = 3600.0,
+    instances: InstancesOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """The main job on the pipeline: load its sample data, speed layer, ingest, batch layer,
@@ -61,7 +62,8 @@ def run(
     repeated runs give the same result. It holds the lake lock while it runs (a second writer
     of the same lake fails at once, naming it). A pipeline without sample data runs on what
     its topics hold. --scale N (alias --years N) loads N copies of the sample (the flights: N
-    years), --limit then cuts each copy. Exit code 0 only if every check passed and speed and
+    years), --limit then cuts each copy. The speed layer runs as one process per core
+    (--instances N: N processes of one application, the consumer group splitting the tasks). Exit code 0 only if every check passed and speed and
     batch agree on every closed window (windows touched by records dropped as late excepted);
     1 otherwise; 2 if a phase failed; 130 on Ctrl-C (one line: the phase interrupted and what
     is kept).
@@ -79,8 +81,9 @@ def run(
             pipeline, pipeline_lake = pipeline_and_lake(pipeline_ref, lake)
             if scale > 1 and not no_load:
                 pipeline.require_sample_copy()  # fails at once, before a broker starts
+            instances = _run_instances(instances, backlog)
         options = RunOptions(lake=pipeline_lake, limit=limit, scale=scale, load=not no_load, backlog=backlog,
-                             speed_timeout_s=timeout)
+                             speed_timeout_s=timeout, instances=instances)
         with user_errors("run", verbose), lake_locks("run", [pipeline_lake]), \
                 cluster(bootstrap, console, phases) as (servers, _embedded), reporter(console) as rep:
             previous = lake_tables(pipeline_lake)
@@ -93,6 +96,24 @@ def run(
         else:
             print_summary(summary, console)
     raise typer.Exit(0 if summary.ok else 1)
+
+
+def _run_instances(instances: int | None, backlog: bool) -> int:
+    """``duet run``'s speed-layer processes: ``--instances``, else one per core (one for a
+    live replay, which paces one instance).
+
+    Raises:
+        UserError: ``--replay`` with more than one instance.
+    """
+    from pipelines.preflight import UserError
+    from pipelines.speed_instances import default_instances
+
+    if not backlog:
+        if instances is not None and instances > 1:
+            raise UserError(f"--replay paces one instance of the speed layer; --instances {instances} runs with "
+                            "--backlog (the default)")
+        return 1
+    return instances if instances is not None else default_instances()
 
 
 #: what the pipeline's lake folder holds when ``duet run`` is interrupted in each phase
@@ -184,14 +205,19 @@ def speed(
         "--server", metavar="HOST:PORT",
         help="With --follow: serve interactive queries (/speed/...), /health and Prometheus /metrics at "
              "HOST:PORT (port 0: a free one), set as the application.server; SIGINT/SIGTERM stop it.")] = None,
+    instances: InstancesOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """Run the speed layer (KafkaStreams) on the pipeline's topology until every input record
     is consumed, or with --follow until Ctrl-C; with --follow --server HOST:PORT as a service
     with interactive queries, health and Prometheus metrics. With an embedded broker the
-    pipeline's sample data is replayed into it live while the speed layer runs."""
+    pipeline's sample data is replayed into it live while the speed layer runs (with
+    --instances N > 1: loaded first, then caught up on as a backlog). --instances N: N
+    processes of the application, the group splitting the tasks; a service with --server is
+    one process (start one `duet speed --follow --server` per instance: they share the
+    application id and forward each key's query to its owner)."""
     setup_logging(verbose)
-    from pipelines.steps import ensure_pipeline_topics, run_speed
+    from pipelines.steps import ensure_pipeline_topics, load_data, run_speed
     from pipelines.replay import produce_tables, replay_events
 
     del lake  # the speed layer writes Kafka topics and local state only
@@ -204,12 +230,19 @@ def speed(
 
         if server is not None and not follow:
             raise UserError("--server runs the speed layer as a service: add --follow")
+        instances = instances or 1
+        if server is not None and instances > 1:
+            raise UserError(f"--server serves the stores of one process, not {instances}: start one `duet speed "
+                            "--follow --server HOST:PORT` per instance (they share the application id, split the "
+                            "tasks and forward each key's query to its owner)")
         address = parse_server(server) if server is not None else None
     with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose), \
             cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as rep:
         ensure_pipeline_topics(pipeline, servers)
         feed = None
-        if embedded and pipeline.sample is not None:  # an empty broker: replay the sample live
+        if embedded and pipeline.sample is not None and instances > 1:  # a replay paces one instance
+            load_data(pipeline, servers, limit, rep)
+        elif embedded and pipeline.sample is not None:  # an empty broker: replay the sample live
             sample = pipeline.sample_data(limit)
             produce_tables(pipeline, servers, sample, rep)
 
@@ -223,12 +256,13 @@ def speed(
                                  reporter=rep, timeout_s=timeout)
         else:
             stats = run_speed(pipeline, servers, application_id=app_id,
-                              timeout_s=timeout, follow=follow, reporter=rep, feed=feed)
+                              timeout_s=timeout, follow=follow, reporter=rep, feed=feed, instances=instances)
     if address is not None:
         console.print(served.line(), soft_wrap=True)
         return
+    of_instances = f" ({stats.instances} instances)" if stats.instances > 1 else ""
     console.print(
-        f"application.id {stats.application_id}: {stats.records_in:,} records, "
+        f"application.id {stats.application_id}{of_instances}: {stats.records_in:,} records, "
         f"{stats.records_per_s:,.0f} records/s, {stats.dropped_late:,} dropped as late, "
         f"{stats.dead_lettered:,} dead-lettered"
     )

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "ScaleOpt", "YesOpt", "make_console",
+__all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "ScaleOpt", "InstancesOpt", "YesOpt", "make_console",
            "setup_logging", "cluster", "external_bootstrap", "user_errors", "interrupts", "BackgroundSpark", "Phases",
            "PhaseReporter", "lake_locks", "lake_tables", "confirm_deletion", "stdout_to_stderr", "reporter",
            "pipeline_and_lake", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
@@ -84,6 +84,13 @@ ScaleOpt = Annotated[
                       help="Load N copies of the sample data, each one period of the sample later with keys of its "
                       "own (the flights: N years from 2013, new tail and flight numbers; the pipeline's "
                       "`sample_copy`); with --limit, the first events of each copy.")
+]
+
+InstancesOpt = Annotated[
+    Optional[int], typer.Option("--instances", min=1, metavar="N",
+                                help="Run the speed layer as N processes of one application (the consumer group "
+                                "splits its tasks; one progress display; Ctrl-C stops them all). Default: `duet run` "
+                                "one per core (one with --replay), `duet speed` 1.", show_default=False)
 ]
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a "

@@ -94,6 +94,9 @@ class RunOptions:
             backlog in timestamp order through the repartition topics); ``False``: a live
             replay at the speed layer's pace (see :mod:`pipelines.replay`).
         speed_timeout_s: give up when the speed layer is not caught up after this long.
+        instances: processes of the speed layer's application (:mod:`pipelines.speed_instances`;
+            ``duet run`` defaults to the machine's cores); a live replay (``backlog=False``)
+            runs one.
     """
 
     lake: Path
@@ -102,6 +105,7 @@ class RunOptions:
     load: bool = True
     backlog: bool = True
     speed_timeout_s: float = 3600.0
+    instances: int = 1
 
 
 @dataclass
@@ -147,6 +151,7 @@ class RunSummary:
             "ok": self.ok,
             "records_in_by_topic": self.records_in_by_topic,
             "speed_mode": self.speed.mode,
+            "speed_instances": self.speed.instances,
             "speed_lag_s": None if self.speed.lag_s is None else round(self.speed.lag_s, 3),
             "speed_latency_s": {k: None if v is None else round(v, 3) for k, v in self.speed.latency_s.items()},
             "speed_seconds": round(self.speed.seconds, 2),
@@ -293,7 +298,8 @@ def run_main_job(
     spark_future = _in_background("spark", spark_factory)
     with _stop_spark_on_interrupt(spark_future):
         with timer.phase("speed"):
-            speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed)
+            speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed,
+                              instances=options.instances if feed is None else 1)
         records_in = input_record_count(bootstrap, pipeline.input_topics)
         if load:
             rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))

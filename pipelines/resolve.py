@@ -26,7 +26,7 @@ from typing import Any
 from pipelines.pipeline import Pipeline, PipelineError
 
 __all__ = ["DEFAULT_PIPELINE", "EXAMPLE_PIPELINES", "PIPELINE_ENV", "Project", "find_project", "load_pipeline",
-           "resolve_pipeline", "project_modules"]
+           "resolve_pipeline", "project_modules", "project_roots"]
 
 #: The pipeline of a command given none and run outside a ``[tool.duet]`` project.
 DEFAULT_PIPELINE = "pipelines.examples.flights:pipeline"
@@ -128,6 +128,12 @@ def resolve_pipeline(ref: str | None = None, cwd: Path | None = None) -> tuple[P
     search = project.root if project is not None else None
     chosen = ref or os.environ.get(PIPELINE_ENV, "").strip() or (project.pipeline if project else None)
     return load_pipeline(chosen or DEFAULT_PIPELINE, search), project
+
+
+def project_roots() -> list[Path]:
+    """The project folders :func:`load_pipeline` put on ``sys.path`` (projects that are not
+    installed): what a process importing the same pipeline needs on its ``PYTHONPATH``."""
+    return sorted(_PROJECT_ROOTS)
 
 
 def project_modules() -> list[Any]:

@@ -173,6 +173,7 @@ class SpeedStats:
             seconds): from a chunk's delivery to Kafka to the speed layer having processed
             it; empty in backlog mode.
         mode: ``"replay"`` (live stream at the speed layer's pace) or ``"backlog"``.
+        instances: processes of the application that ran it (:mod:`pipelines.speed_instances`).
         dropped_late: records (per window) dropped as late by the aggregations.
         dropped: all dropped records (late, null keys...).
         expired_join_drops: records a stream-stream join's window store dropped as expired
@@ -192,6 +193,7 @@ class SpeedStats:
     lag_s: float | None = None
     latency_s: dict[str, float | None] = field(default_factory=dict)
     mode: str = "backlog"
+    instances: int = 1
     dropped_late: int = 0
     dropped: int = 0
     expired_join_drops: int = 0

@@ -232,6 +232,7 @@ def run_speed(
     reporter: Reporter | None = None,
     feed: Callable[[Callable[[], int], Callable[[], bool]], ReplayStats] | None = None,
     keep_state: bool = False,
+    instances: int = 1,
 ) -> SpeedStats:
     """Run the pipeline's topology on the speed layer until every input record is consumed.
 
@@ -250,16 +251,23 @@ def run_speed(
             :func:`pipelines.replay.replay_events`) and returns its stats, whose latency
             samples (plus the final catch-up) give the end-to-end lag.
         keep_state: keep the state folder of a fresh application id after closing.
+        instances: processes of the application (:mod:`pipelines.speed_instances`: the
+            group splits the tasks; caught up when the group is; one progress). 1: the
+            streams run in this process. More than 1 cannot take a ``feed``.
 
     Returns:
         The run's :class:`SpeedStats` (late records and windows included).
 
     Raises:
         TimeoutError: if the speed layer is not caught up within ``timeout_s``.
-        SpeedLayerFailed: if the streams client fails.
+        SpeedLayerFailed: if the streams client fails, or an instance dies (its exit code
+            and the end of its log in the message).
+        ValueError: ``instances`` > 1 with a ``feed``.
     """
     from speed_layer import KafkaStreams
 
+    if instances > 1 and feed is not None:
+        raise ValueError("a live replay paces one instance of the speed layer: run it with instances=1")
     rep = reporter or NullReporter()
     fresh = application_id is None
     app_id = application_id or new_application_id(pipeline.run_app_id_prefix)
@@ -275,54 +283,69 @@ def run_speed(
     extra: dict[str, Any] | None = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
     if feed is None and not follow:
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
-    streams = KafkaStreams(topology, streams_config(pipeline, bootstrap, app_id, root, extra))
-    stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog")
+    stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog", instances=instances)
     counts = input_record_count(bootstrap, pipeline.input_topics)
     streamed = [s.topic for s in pipeline.sources if s.kind == "stream"]
     total = sum(counts.values())
     rep.start("speed", None)
     t0 = time.monotonic()
     replay: ReplayStats | None = None
+    of_instances = f", {instances} instances" if instances > 1 else ""
 
-    def processed() -> int:
-        return _processed(_metrics(streams))
-
-    def tick() -> None:
-        done = processed()
+    def report(done: int) -> None:
         # a stream record is processed again after each repartition (an estimate: filters
         # and branches send fewer)
         work = total + hops * sum(counts.get(t, 0) for t in streamed)
         rate = done / max(1e-9, time.monotonic() - t0)
-        rep.update("speed", min(total, round(total * done / max(1, work))), total, f"{rate:,.0f} records processed/s")
+        rep.update("speed", min(total, round(total * done / max(1, work))), total,
+                   f"{rate:,.0f} records processed/s{of_instances}")
 
-    try:
-        streams.start()
-        if feed is not None:
+    if instances > 1:
+        from pipelines.speed_instances import run_speed_instances
+
+        metrics = run_speed_instances(
+            pipeline, bootstrap, instances, application_id=app_id, root=root, extra=extra, stats=stats,
+            timeout_s=timeout_s, follow=follow, reporter=rep, tick=lambda processed, _t0: report(processed()),
+            keep_state=keep_state or not fresh)
+    else:
+        streams = KafkaStreams(topology, streams_config(pipeline, bootstrap, app_id, root, extra))
+
+        def processed() -> int:
+            return _processed(_metrics(streams))
+
+        def tick() -> None:
+            report(processed())
+
+        try:
+            streams.start()
+            if feed is not None:
+                if not wait_caught_up(streams, timeout_s, tick):
+                    raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
+                replay = feed(processed, lambda: wait_caught_up(streams, timeout_s))
+                counts = input_record_count(bootstrap, pipeline.input_topics)
+                total = sum(counts.values())
+            produced_at = replay.last_delivery if replay is not None else time.monotonic()
             if not wait_caught_up(streams, timeout_s, tick):
                 raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
-            replay = feed(processed, lambda: wait_caught_up(streams, timeout_s))
-            counts = input_record_count(bootstrap, pipeline.input_topics)
-            total = sum(counts.values())
-        produced_at = replay.last_delivery if replay is not None else time.monotonic()
-        if not wait_caught_up(streams, timeout_s, tick):
-            raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
-        caught_up = time.monotonic()
-        tick()
-        stats.seconds = caught_up - t0
-        stats.lag_s = caught_up - produced_at
-        if follow:
-            rep.finish("speed", "caught up; following (Ctrl-C stops)")
-            try:
-                while True:
-                    time.sleep(1.0)
-                    tick()
-            except KeyboardInterrupt:
-                pass
-        metrics = _metrics(streams)
-        stats.late = runtime_late_records(streams)
-        stats.late_windows = runtime_late_windows(streams)
-    finally:
-        streams.close()
+            caught_up = time.monotonic()
+            tick()
+            stats.seconds = caught_up - t0
+            stats.lag_s = caught_up - produced_at
+            if follow:
+                rep.finish("speed", "caught up; following (Ctrl-C stops)")
+                try:
+                    while True:
+                        time.sleep(1.0)
+                        tick()
+                except KeyboardInterrupt:
+                    pass
+            metrics = _metrics(streams)
+            stats.late = runtime_late_records(streams)
+            stats.late_windows = runtime_late_windows(streams)
+        finally:
+            streams.close()
+        if fresh and not keep_state:
+            shutil.rmtree(root / app_id, ignore_errors=True)
     stats.records_in = total
     stats.records_per_s = total / stats.seconds if stats.seconds > 0 else 0.0
     stats.metrics = metrics
@@ -335,8 +358,6 @@ def run_speed(
     if replay is not None:
         replay.latencies_s.append(stats.lag_s or 0.0)
         stats.latency_s = {q: replay.latency(v) for q, v in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}
-    if fresh and not keep_state:
-        shutil.rmtree(root / app_id, ignore_errors=True)
     lag = stats.latency_s.get("p50") if stats.latency_s else stats.lag_s
     rep.finish(
         "speed",

@@ -31,7 +31,9 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     head.add_column("")
     head.add_row("records in", f"{summary.records_in:,}  (" + ", ".join(
         f"{t} {n:,}" for t, n in summary.records_in_by_topic.items()) + ")")
-    head.add_row("speed layer", f"{s.records_per_s:,.0f} records/s over {s.seconds:.1f} s, end-to-end lag {lag}")
+    instances = f" ({s.instances} instances)" if s.instances > 1 else ""
+    head.add_row("speed layer", f"{s.records_per_s:,.0f} records/s over {s.seconds:.1f} s{instances}, end-to-end lag "
+                 f"{lag}")
     head.add_row("dropped as late", f"{s.dropped_late:,} record-window updates (Kafka's dropped-records; "
                  f"all drops {s.dropped:,})")
     if s.expired_join_drops:

@@ -1,6 +1,7 @@
-"""Two years of flights, small: ``duet load --years 2 --limit 1500`` on the session broker,
-then the main job on what it loaded (the speed layer, the batch layer on the session's
-Spark, the merged views, the checks and the agreement)."""
+"""Two years of flights, small, on both cores: ``duet load --years 2 --limit 1500`` on the
+session broker, then the main job on what it loaded with the speed layer as two processes
+of one application (``--instances 2``), the batch layer on the session's Spark, the merged
+views, the checks and the agreement of speed and batch."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ LIMIT = 1500
 YEAR_2014_MS = 1388534400000  # 2014-01-01T00:00Z
 
 
-def test_two_small_years_load_and_agree(kafka_bootstrap: str, spark: object, tmp_path: Path) -> None:
+def test_two_small_years_on_two_instances_agree(kafka_bootstrap: str, spark: object, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
     from pipelines.main_job import RunOptions, run_main_job
@@ -33,8 +34,11 @@ def test_two_small_years_load_and_agree(kafka_bootstrap: str, spark: object, tmp
     assert "flights: 3,000" in res.output and "planes: 6,644" in res.output, res.output
     assert input_record_count(kafka_bootstrap, flights.input_topics) == {
         "flights": 2 * LIMIT, "planes": 2 * 3322, "airports": 1458, "airlines": 16}
-    summary = run_main_job(flights, kafka_bootstrap, RunOptions(lake=lake, load=False),
+    summary = run_main_job(flights, kafka_bootstrap, RunOptions(lake=lake, load=False, instances=2),
                            spark_factory=lambda: spark)
+    assert summary.speed.instances == 2
+    threads = summary.speed.metrics["threads"]  # each instance's stream thread
+    assert {t.split("/")[0] for t in threads} == {"instance-1", "instance-2"}, list(threads)
     assert summary.records_in_by_topic["flights"] == 2 * LIMIT
     assert summary.checks == {v: True for v in flights.view_names}, summary.check_failures
     assert summary.agreement == {v: 1.0 for v in flights.view_names}, summary.differences
