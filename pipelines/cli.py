@@ -62,7 +62,7 @@ def run(
     repeated runs give the same result. It holds the lake lock while it runs (a second writer
     of the same lake fails at once, naming it). A pipeline without sample data runs on what
     its topics hold. --scale N (alias --years N) loads N copies of the sample (the flights: N
-    years), --limit then cuts each copy. The speed layer runs as one process per core
+    years), --limit then cuts each copy. The speed layer runs as one process
     (--instances N: N processes of one application, the consumer group splitting the tasks). Exit code 0 only if every check passed and speed and
     batch agree on every closed window (windows touched by records dropped as late excepted);
     1 otherwise; 2 if a phase failed; 130 on Ctrl-C (one line: the phase interrupted and what
@@ -99,21 +99,22 @@ def run(
 
 
 def _run_instances(instances: int | None, backlog: bool) -> int:
-    """``duet run``'s speed-layer processes: ``--instances``, else one per core (one for a
-    live replay, which paces one instance).
+    """``duet run``'s speed-layer processes: ``--instances``, else 1 (a live replay paces one
+    instance). Not one per core by default: on 2 cores with the broker on the same machine, 2
+    instances measured 1.03-1.24x one's flights/s, and a stage split between two processes can
+    fall behind in event time and drop more records as late (88,011 instead of 25,203 on two
+    years); see ``docs/instances.md``.
 
     Raises:
         UserError: ``--replay`` with more than one instance.
     """
     from pipelines.preflight import UserError
-    from pipelines.speed_instances import default_instances
-
     if not backlog:
         if instances is not None and instances > 1:
             raise UserError(f"--replay paces one instance of the speed layer; --instances {instances} runs with "
                             "--backlog (the default)")
         return 1
-    return instances if instances is not None else default_instances()
+    return instances if instances is not None else 1
 
 
 #: what the pipeline's lake folder holds when ``duet run`` is interrupted in each phase

@@ -53,7 +53,7 @@ from pipelines.pipeline import Pipeline, PipelineError
 from pipelines.progress import NullReporter, Reporter
 from pipelines.speed_service import LateRecord, SpeedLayerFailed, SpeedStats
 
-__all__ = ["default_instances", "pipeline_reference", "run_speed_instances", "InstanceDied"]
+__all__ = ["pipeline_reference", "run_speed_instances", "InstanceDied"]
 
 #: seconds between two progress reports of an instance
 REPORT_EVERY_S = 0.5
@@ -70,15 +70,6 @@ _LOG_TAIL_LINES = 12
 
 class InstanceDied(SpeedLayerFailed):
     """An instance exited before it was told to stop, or its client failed."""
-
-
-def default_instances() -> int:
-    """The cores this process may run on (``sched_getaffinity``), at least 1: the main
-    job's default ``--instances``."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def pipeline_reference(pipeline: Pipeline) -> str:

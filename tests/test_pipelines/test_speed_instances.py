@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from pipelines.cli import app
 from pipelines.examples.flights import pipeline as flights
 from pipelines.pipeline import PipelineError
-from pipelines.speed_instances import default_instances, merge_results, pipeline_reference
+from pipelines.speed_instances import merge_results, pipeline_reference
 
 
 # --------------------------------------------------------------------------- in process
@@ -31,10 +31,6 @@ def test_a_pipeline_is_found_by_reference() -> None:
     made_here = flights.model_copy(update={"description": "not held by any module"})
     with pytest.raises(PipelineError, match="pipeline 'flights': --instances starts processes that import it"):
         pipeline_reference(made_here)
-
-
-def test_default_instances_are_the_cores() -> None:
-    assert default_instances() == len(os.sched_getaffinity(0))
 
 
 def test_results_are_summed_and_united() -> None:
