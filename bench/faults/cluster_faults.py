@@ -97,6 +97,21 @@ class ClusterFaultReport:
         return self.guarantee != "exactly_once_v2" or (self.duplicated_keys == 0 and self.repeated_counts == 0)
 
 
+def _retrying(call: Callable[[], Any], timeout_s: float) -> Any:
+    """``call()`` again every second while it raises ``KafkaException`` (a node of the
+    cluster may still be coming back from the previous fault), for at most ``timeout_s``."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 class _Run:
     """The cluster, the application's instances and the load of one run."""
 
@@ -151,7 +166,7 @@ class _Run:
         """Inject one fault, wait until the brokers are back, and measure its recovery."""
         from speed_layer.runtime.admin import end_offsets
 
-        before = end_offsets(self.bootstrap, f"{self.name}-in")
+        before = _retrying(lambda: end_offsets(self.bootstrap, f"{self.name}-in"), timeout_s=120)
         fault = Fault(kind, "", time.monotonic() - self.started)
         t0 = time.monotonic()
         actions: dict[str, Callable[[], str]] = {

@@ -6,8 +6,10 @@ guarantees through broker faults under load (small versions of
   mid-transaction, and an instance SIGKILLed while a broker is down: nothing lost, nothing
   counted twice, no instance lost, as a read_committed consumer sees it (the bench also
   kills the output's leader);
-* at_least_once: a rolling restart of the three brokers and the group coordinator paused
-  past the session timeouts: nothing lost, no instance lost.
+* at_least_once: the group coordinator paused past the session timeouts: nothing lost, no
+  instance lost (rolling restarts run in the bench's soak);
+* committed offsets stay readable while the group coordinator restarts (the SIGSEGV of
+  librdkafka's admin OffsetFetch, see ``speed_layer.runtime.committed_offsets``).
 
 Kafka's own suite does the same on its ``EmbeddedKafkaCluster`` (e.g.
 ``EosIntegrationTest``, ``KTableKTableForeignKeyJoinIntegrationTest`` under broker
@@ -105,10 +107,12 @@ def test_exactly_once_through_leader_kills_and_an_instance_kill_with_a_broker_do
         describe(report)
 
 
-def test_at_least_once_through_a_rolling_restart_and_a_paused_coordinator(
+def test_at_least_once_through_a_paused_coordinator(
     cluster: EmbeddedKafkaCluster, tmp_path: Path
 ) -> None:
-    report = run(cluster, "at_least_once", tmp_path, faults=("rolling-restart", "pause-coordinator"),
+    # a rolling restart (100-220 s) is left to the soak (`--soak-minutes`); the coordinator
+    # moving during one is covered by the committed-offsets test above
+    report = run(cluster, "at_least_once", tmp_path, faults=("pause-coordinator",),
                  rate=300.0, gap_s=(2.0, 3.0), seed=4)
     assert report.records > 2000, describe(report)
     assert all(f.recovery_s >= 0 for f in report.faults), describe(report)
