@@ -36,6 +36,7 @@ be a module attribute (any declaration ``duet`` resolves is).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import shutil
@@ -52,6 +53,8 @@ from typing import IO, Any
 from pipelines.pipeline import Pipeline, PipelineError
 from pipelines.progress import NullReporter, Reporter
 from pipelines.speed_service import LateRecord, SpeedLayerFailed, SpeedStats
+
+log = logging.getLogger(__name__)
 
 __all__ = ["pipeline_reference", "run_speed_instances", "InstanceDied"]
 
@@ -218,8 +221,8 @@ class InstanceGroup:
                 assert inst.proc.stdin is not None
                 inst.proc.stdin.write(command)
                 inst.proc.stdin.flush()
-            except (OSError, ValueError):
-                pass  # exited: poll() reports it
+            except (OSError, ValueError) as exc:  # exited: the supervisor's poll() reports it as InstanceDied
+                log.debug("instance %d (pid %d) gone before %r reached it: %s", inst.index, inst.proc.pid, command, exc)
 
     @property
     def processed(self) -> int:
