@@ -131,7 +131,8 @@ def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int |
 
 def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: Any) -> None:
     """One line per pipeline whose lake folder holds no table yet: how to fill it. Another
-    writer holding the lake lock (a ``duet run``) is named too: the UI's runs would race it."""
+    writer holding the lake lock (a ``duet run``) is named too: the UI's runs that write that
+    folder fail until it ends."""
     from rich.markup import escape
 
     from pipelines.lake_lock import lock_holder
@@ -141,7 +142,7 @@ def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: 
         holder = lock_holder(folder)
         if holder is not None:
             console.print(f"[yellow]duet ui[/]: {pipeline.name}: {escape(holder.describe())} is writing {folder}; "
-                          "runs launched from the UI meanwhile race it", soft_wrap=True)
+                          "runs launched from the UI meanwhile fail until it ends", soft_wrap=True)
         elif not lake_tables(folder):
             source = ("the embedded broker starts empty too" if embedded
                       else "the UI's runs ingest what its topics hold")

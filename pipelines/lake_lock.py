@@ -4,7 +4,8 @@ Every command that writes the lake or resets the pipeline's topics (``duet run``
 ``batch``, ``ui --load``) holds the lock of ``<lake root>/<pipeline name>`` while it does: the
 file ``.duet.lock`` in that folder, locked with ``flock`` and holding the holder's pid, host,
 command line and start time (JSON). A second writer fails at once, naming the first
-(:class:`LakeBusy`).
+(:class:`LakeBusy`). Dagster runs hold it too, from their first step that writes a
+pipeline's folder to their end (``LakeResource.writable`` in :mod:`pipelines.dagster.resources`).
 
 The kernel releases an ``flock`` when its process dies, whatever the death (Ctrl-C,
 exception, ``kill -9``), so a lock is never held by a process that is gone. A lock file left

@@ -13,6 +13,11 @@
   sensor (:mod:`pipelines.dagster.sensors`) observes it (state, lag, process rate, last seen)
   and evaluates its ``speed_lag`` check (:mod:`pipelines.dagster.checks`).
 
+The ingest, batch and publish assets (and the GX checks, which store their results) write
+the pipeline's folder of the lake through ``LakeResource.writable``: the run holds that
+folder's lake lock from its first writing step to its end (:mod:`pipelines.lake_lock`), and
+a step fails naming the holder when a ``duet`` command (or another run) writes it.
+
 The assets hold no layer logic: they call :mod:`pipelines.steps` and
 :mod:`pipelines.serving_steps`.
 """
@@ -102,7 +107,7 @@ def raw_asset(p: Pipeline, topic: str) -> dg.AssetsDefinition:
         from batch_layer.ingest import ingest_topic
         from deltalake import DeltaTable
 
-        folder = p.lake(lake.root())
+        folder = lake.writable(p)
         result = ingest_topic(None, kafka.bootstrap(p), topic, folder)
         path = folder / "raw" / topic
         table = DeltaTable(str(path))
@@ -167,7 +172,7 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
         from pipelines.steps import run_batch_layer
 
         views = sorted((view_of_key[k] for k in context.selected_asset_keys), key=p.view_names.index)
-        folder = p.lake(lake.root())
+        folder = lake.writable(p)
         stats = run_batch_layer(p, spark.session(), folder, views=views)
         frames = read_batch_views(p, folder, views)
         days = days_of_run(p, context, folder)
@@ -246,7 +251,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
         from serving.errors import SpeedSourceError
         from serving.views.batch import read_batch_watermark
 
-        folder = p.lake(lake.root())
+        folder = lake.writable(p)
         batch_frames = read_batch_views(p, folder)
         speed_frames: dict[str, Any] = {}
         servers = kafka.configured_bootstrap()  # a fresh embedded broker would hold no speed view

@@ -49,7 +49,7 @@ def gx_check(p: Pipeline, view: str) -> dg.AssetChecksDefinition:
     def _check(lake: LakeResource) -> dg.AssetCheckResult:
         from pipelines.serving_steps import run_checks
 
-        result = run_checks(p, p.lake(lake.root()), [view])[view]
+        result = run_checks(p, lake.writable(p), [view])[view]
         failed = [f"{c.type}({c.column})" for c in result.results if not c.success]
         return dg.AssetCheckResult(
             passed=bool(result.success),

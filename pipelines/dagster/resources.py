@@ -2,7 +2,10 @@
 every pipeline of a ``Definitions``.
 
 * :class:`LakeResource`: the lake ROOT (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``);
-  each pipeline's assets use its own folder ``Pipeline.lake(root)`` = ``<root>/<name>``.
+  each pipeline's assets use its own folder ``Pipeline.lake(root)`` = ``<root>/<name>``. A
+  run's steps that write a pipeline's folder get it through :meth:`LakeResource.writable`,
+  which holds that folder's lake lock (:mod:`pipelines.lake_lock`) until the run ends, as
+  ``duet run`` and ``duet batch`` do: one writer per lake.
 * :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``):
   local (``local[*]``), on a cluster (``master``: ``spark://HOST:PORT``, ``yarn``,
   ``k8s://...``) or through Spark Connect (``remote``); see docs/cluster.md.
@@ -41,9 +44,22 @@ BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 
 class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The lake root folder; a pipeline's Delta tables (``raw/``, ``views/``, ``serving/``,
-    ``quality/``) are under ``<root>/<pipeline name>``."""
+    ``quality/``) are under ``<root>/<pipeline name>``.
+
+    Inside a run, :meth:`writable` takes the lake lock of a pipeline's folder at the first
+    step that writes it and holds it until the run ends (the lock is released when the
+    resource is torn down, or by the kernel when the run's process dies): a ``duet run`` or
+    ``duet batch`` meanwhile fails at once naming the run, and the run's step fails naming a
+    ``duet`` command (or another run) that holds it. One lock per run assumes the steps of a
+    run share its process (``in_process_executor``, what :func:`pipelines.dagster.definitions`
+    sets); under a multiprocess executor each step's process takes it for its step.
+    """
 
     path: str = Field(default="", description="Lake root; empty: $DUET_LAKE, else <repo>/lake.")
+    _stack: Optional[ExitStack] = PrivateAttr(default=None)
+    _holder: str = PrivateAttr(default="")
+    _log: Any = PrivateAttr(default=None)
+    _locked: Set[Path] = PrivateAttr(default_factory=set)
 
     def root(self) -> Path:
         """The lake root as an absolute path (not a pipeline's folder: see
@@ -51,6 +67,60 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         from pipelines.steps import resolve_lake
 
         return resolve_lake(self.path or None)
+
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[LakeResource]:
+        """Release the lake locks the run took (:meth:`writable`) when it ends. Outside runs
+        (sensors, schedules) nothing is ever locked."""
+        run = context.run
+        self._log = context.log
+        with ExitStack() as stack:
+            self._stack = stack if run is not None else None
+            self._holder = _run_holder(run) if run is not None else ""
+            try:
+                yield self
+            finally:
+                self._stack = None
+                self._locked = set()
+
+    def writable(self, p: Pipeline) -> Path:
+        """``p``'s folder of the lake, for a step that writes it: the first call of a run takes
+        the folder's lake lock (its holder: ``dagster run <run id> (job <name>)``, this
+        process; without the job for Dagster's implicit asset jobs, as the UI's "Materialize"
+        launches), held until the run ends; later calls of the run return the folder.
+
+        Raises:
+            dagster.Failure: another writer holds the lock (a ``duet`` command or another
+                Dagster run; the description names it, and becomes the step's failure).
+            RuntimeError: not inside a run (no run end to release the lock at).
+        """
+        from pipelines.lake_lock import LakeBusy, LakeLock
+
+        folder = p.lake(self.root())
+        if folder in self._locked:
+            return folder
+        if self._stack is None:
+            raise RuntimeError(f"LakeResource.writable({p.name!r}) outside a run: the lake lock of {folder} is held "
+                               "for a run; materialize the asset in a run (dg.materialize, a job)")
+        try:
+            self._stack.enter_context(LakeLock(folder, self._holder, warn=self._warn))
+        except LakeBusy as exc:
+            raise dg.Failure(description=str(exc)) from None
+        self._locked.add(folder)
+        self._log.info(f"{p.name}: lake lock of {folder} taken until the run ends")
+        return folder
+
+    def _warn(self, message: str) -> None:
+        """A stale lock taken over: a warning in the run's log."""
+        self._log.warning(message)
+
+
+def _run_holder(run: dg.DagsterRun) -> str:
+    """The lake lock's holder for ``run``: ``dagster run <id> (job <name>)``, or ``dagster run
+    <id>`` for Dagster's implicit asset jobs (``__ASSET_JOB``, ``__ephemeral_asset_job__``)."""
+    if run.job_name.startswith("__"):
+        return f"dagster run {run.run_id}"
+    return f"dagster run {run.run_id} (job {run.job_name})"
 
 
 class SparkResource(dg.ConfigurableResource):  # type: ignore[type-arg]

@@ -4,7 +4,9 @@ In-process and with real holder processes (``flock`` is per open file, so a seco
 ``LakeLock`` of the same process is a second writer too), then through the ``duet`` console
 script as a user runs it: every writing command fails at once naming the holder, a stale lock
 is taken over with a warning, and the lock goes away after a normal exit and after an error.
-No broker: the lock is taken before the command reaches Kafka.
+No broker: the lock is taken before the command reaches Kafka. Last, Dagster runs (in process,
+``dg.materialize``): a run's writing steps hold the lock until the run ends, so ``duet run``
+and ``duet batch`` fail naming the run, and a run fails naming the ``duet`` command holding it.
 """
 
 from __future__ import annotations
@@ -175,3 +177,94 @@ def test_a_command_releases_the_lock_after_a_normal_exit(tmp_path: Path, kafka_b
     assert res.returncode == 0, res.stderr
     assert "flights: 5" in res.stdout
     assert not (root / "flights").exists()  # load writes no table: the folder the lock made is gone too
+
+
+# --------------------------------------------------------------------------- Dagster runs
+def _failure_descriptions(result: object) -> dict[str, str]:
+    """``{step key: the failure's description}`` of each failed step of a Dagster run."""
+    return {e.step_key: e.step_failure_data.user_failure_data.description  # type: ignore[attr-defined]
+            for e in result.get_step_failure_events()}  # type: ignore[attr-defined]
+
+
+def test_a_dagster_run_fails_naming_the_duet_command_that_holds_the_lake(tmp_path: Path) -> None:
+    """Each writing asset and check takes the lock first: the unreachable broker is never
+    reached, and the step's failure (what the run page shows) names the holder."""
+    import dagster as dg
+    from pipelines_testkit import departures_rows, write_batch_view
+
+    from pipelines.dagster import KafkaResource, LakeResource, view_asset_key
+    from pipelines.dagster.assets import raw_asset
+    from pipelines.dagster.checks import gx_check
+    from pipelines.examples.flights import pipeline as flights
+
+    root = tmp_path / "lake"
+    write_batch_view(root / "flights", "departures_hourly", departures_rows())
+    raw, check = raw_asset(flights, "airlines"), gx_check(flights, "departures_hourly")
+    with LakeLock(root / "flights", "duet run --limit 20000"):
+        result = dg.materialize(
+            [dg.AssetSpec(dg.AssetKey(["flights", "topic_airlines"])), raw,
+             dg.AssetSpec(view_asset_key(flights, "departures_hourly")), check],
+            selection=dg.AssetSelection.assets(raw) | dg.AssetSelection.checks(check),
+            resources={"kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"), "lake": LakeResource(path=str(root))},
+            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+        assert lock_holder(root / "flights").command == "duet run --limit 20000"  # type: ignore[union-attr]
+    assert not result.success
+    failures = _failure_descriptions(result)
+    assert sorted(failures) == ["flights__raw_airlines", "flights__view_departures_hourly_gx_suite"], failures
+    for step, why in failures.items():
+        assert why.startswith(f"{root / 'flights'} is in use by `duet run --limit 20000` (pid {os.getpid()} on "), \
+            (step, why)
+        assert why.endswith("wait until it ends, or stop it (one command at a time writes a pipeline's lake)")
+    assert not (root / "flights" / "quality").exists()  # the check stored no result
+
+
+@pytest.mark.broker
+def test_duet_fails_naming_the_dagster_run_that_holds_the_lake(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """The run's ingest step takes the lock; a downstream asset keeps the run going while
+    ``duet run`` and ``duet batch`` try; the lock goes away when the run ends."""
+    import threading
+
+    import dagster as dg
+
+    from pipelines.dagster import KafkaResource, LakeResource
+    from pipelines.dagster.assets import raw_asset
+    from pipelines.examples.flights import pipeline as flights
+    from pipelines.replay import produce_tables
+
+    produce_tables(flights, kafka_bootstrap, flights.sample_data(0))  # the airlines topic, to ingest
+    root, folder = tmp_path / "lake", tmp_path / "lake" / "flights"
+    raw, go_on = raw_asset(flights, "airlines"), threading.Event()
+
+    @dg.asset(key=["flights", "after_ingest"], deps=[raw.key])
+    def after_ingest() -> None:
+        assert go_on.wait(120), "the test never let the run go on"
+
+    results: list[dg.ExecuteInProcessResult] = []
+    run = threading.Thread(target=lambda: results.append(dg.materialize(
+        [dg.AssetSpec(dg.AssetKey(["flights", "topic_airlines"])), raw, after_ingest],
+        resources={"kafka": KafkaResource(bootstrap_servers=kafka_bootstrap), "lake": LakeResource(path=str(root))},
+        instance=dg.DagsterInstance.ephemeral())))
+    run.start()
+    try:
+        deadline = time.monotonic() + 120
+        while (holder := lock_holder(folder)) is None and run.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert holder is not None, "the Dagster run never took the lake lock"
+        assert holder.pid == os.getpid() and holder.command.startswith("dagster run "), holder
+        for command in ("run", "batch"):
+            start = time.monotonic()
+            res = duet(command, "--pipeline", "pipelines.examples.flights:pipeline", "--lake", str(root),
+                       "--bootstrap", "127.0.0.1:1")
+            seconds = time.monotonic() - start
+            assert res.returncode == 2, (res.stdout, res.stderr)
+            assert res.stderr.startswith(f"duet {command}: {folder} is in use by `{holder.command}` (pid "
+                                         f"{os.getpid()} on "), res.stderr
+            assert seconds < 15, f"duet {command} took {seconds:.1f} s to fail"
+    finally:
+        go_on.set()
+        run.join(120)
+    (result,) = results
+    assert result.success
+    assert holder.command == f"dagster run {result.run_id}"  # an asset job: no job name
+    assert (folder / "raw" / "airlines" / "_delta_log").is_dir()  # the run wrote its lake
+    assert lock_holder(folder) is None and not (folder / LOCK_FILE).exists()  # released at the run's end
