@@ -112,17 +112,11 @@ def main() -> None:
         return
     counts = [int(n) for n in a.instances.split(",")]
 
+    from _broker import bench_broker
     from pipelines.examples.flights import pipeline
     from pipelines.steps import load_data, reset_pipeline
-    from speed_layer.runtime.broker import EmbeddedKafka
 
-    broker = None
-    bootstrap = a.bootstrap
-    if bootstrap is None:
-        broker = EmbeddedKafka()
-        broker.start()
-        bootstrap = broker.bootstrap_servers
-    try:
+    with bench_broker(a.bootstrap) as (bootstrap, broker_pid):
         reset_pipeline(pipeline, bootstrap, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-flights-speed-lake")
         loaded = load_data(pipeline, bootstrap, a.flights, scale=a.years)
         n_flights = loaded["flights"]
@@ -137,7 +131,7 @@ def main() -> None:
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for rnd in range(a.rounds):
             for name, (tree, python, n) in trees.items():
-                r = _run(tree, python, bootstrap, broker.pid if broker else None, n)
+                r = _run(tree, python, bootstrap, broker_pid, n)
                 r["flights_per_s"] = n_flights / r["seconds"]
                 results[name].append(r)
                 broker_cpu = "" if r["broker_cpu_s"] is None else f", broker CPU {r['broker_cpu_s']:.1f} s"
@@ -147,9 +141,6 @@ def main() -> None:
                 print(f"round {rnd + 1} {name:6s}: {r['seconds']:7.1f} s, {r['flights_per_s']:7,.0f} flights/s, "
                       f"{r['late']:,} late, stream-thread CPU {r['thread_cpu_s']:.1f} s{broker_cpu} "
                       f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    finally:
-        if broker is not None:
-            broker.stop()
 
     print(f"\n{n_flights:,} flights as a backlog, median of {a.rounds} round(s):")
     med: dict[str, float] = {}

@@ -84,19 +84,10 @@ def main() -> None:
     rows = [("year list (1 year)", _measure("list", 1, None)),
             (f"generate {a.years} years", _measure("generate", a.years, None))]
     if not a.skip_produce:
-        broker = None
-        bootstrap = a.bootstrap
-        if bootstrap is None:
-            from speed_layer.runtime.broker import EmbeddedKafka
+        from _broker import bench_broker
 
-            broker = EmbeddedKafka()
-            broker.start()
-            bootstrap = broker.bootstrap_servers
-        try:
+        with bench_broker(a.bootstrap) as (bootstrap, _):
             rows.append((f"produce {a.years} years", _measure("produce", a.years, bootstrap)))
-        finally:
-            if broker is not None:
-                broker.stop()
     for name, r in rows:
         print(f"{name:22s}: {r['records']:>10,.0f} flights in {r['seconds']:6.1f} s = {r['per_s']:>9,.0f} /s; "
               f"peak RSS {r['peak_mb']:,.0f} MB (after imports {r['import_mb']:,.0f} MB)", flush=True)
