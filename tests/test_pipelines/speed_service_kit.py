@@ -1,5 +1,6 @@
-"""A tiny pipeline for the speed service's tests, its records, and the service run in a child
-process (``serve_speed`` as the CLI calls it, stopped by a signal).
+"""A tiny pipeline for the speed service's tests, its records, the service run in a child
+process (``serve_speed`` as the CLI calls it, stopped by a signal), and a wait for a service's
+``/health``.
 
 A plain module, not ``conftest``: the test module and the child process import it by name.
 """
@@ -115,3 +116,25 @@ def start_child(bootstrap: str, prefix: str, name: str, state: Path, slow_ms: fl
     proc.wait(30)
     err = (state.parent / "speed-service.log").read_text()
     raise AssertionError(f"the speed service did not start (exit {proc.returncode}): {err[-3000:]}")
+
+
+def wait_healthy(proc: subprocess.Popen[str], url: str, timeout_s: float = 120) -> dict[str, Any]:
+    """Poll ``GET <url>/health`` of the speed service run by ``proc`` until it answers 200
+    (RUNNING or REBALANCING); its JSON.
+
+    Raises:
+        AssertionError: ``proc`` exited, or no 200 within ``timeout_s`` seconds.
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    health = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            health = httpx.get(f"{url}/health", timeout=2)
+            if health.status_code == 200:
+                return dict(health.json())
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url}/health: {health} (the service's exit status: {proc.poll()})")

@@ -10,11 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from speed_service_kit import wait_healthy
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
 
@@ -40,18 +40,7 @@ def test_speed_follow_server_serves_health_and_metrics_until_sigint(kafka_bootst
     proc = _duet("speed", "--follow", "--fresh", "--bootstrap", kafka_bootstrap, "--server", f"127.0.0.1:{port}",
                  cwd=project)
     try:
-        deadline = time.monotonic() + 120
-        health = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-                if health.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        assert health is not None and health.status_code == 200, (health, proc.poll())
-        assert health.json()["state"] in ("RUNNING", "REBALANCING")
+        assert wait_healthy(proc, f"http://127.0.0.1:{port}")["state"] in ("RUNNING", "REBALANCING")
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
         for name in ("kafka_streams_stream_thread_process_total", "kafka_streams_alive_stream_threads"):
             assert name in metrics, name

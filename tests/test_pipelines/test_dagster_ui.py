@@ -6,7 +6,8 @@ In order, as a user would:
 
 1. ``duet ui --load --yes --limit 3000`` (no ``--pipeline``, outside a project: the examples)
    resets both pipelines (``--yes``: no terminal to ask), loads their sample data and starts
-   the UI;
+   the UI, its code location told where the flights speed service will listen
+   (``$DUET_SPEED_SERVER_FLIGHTS``);
 2. three more flights arrive, on 2013-03-10, 03-12 and 03-13; the ``flights_new_kafka_data``
    sensor, turned on, runs ``flights_recompute`` for the days the new records fall on
    (the sample's 2013-01-01..04 and those three), while the first day of ``shop_recompute`` is
@@ -18,7 +19,11 @@ In order, as a user would:
    ``BackfillPolicy.single_run``) materializes that week;
 5. the browser opens the asset graph of both pipelines, a view's lineage, the partitions bar
    after the backfill, its checks, the finished backfill and the failed run, asserts what a
-   user sees and saves the screenshots of ``docs/img/``.
+   user sees and saves the screenshots of ``docs/img/``;
+6. ``duet speed --follow --server`` runs the flights speed layer as a service on the topics the
+   UI loaded; the ``flights_speed_layer_lag`` sensor, turned on, observes it, and the speed
+   layer's asset page shows the service's state, lag and processed records as its ``/metrics``
+   gives them, and the passed ``speed_lag`` check.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class DagsterUI:
     bootstrap: str
     client: DagsterClient
     runs: dict[str, str]  # what the tests launched: name -> run id / backfill id
+    speed_server: str  # HOST:PORT of the flights speed service, as $DUET_SPEED_SERVER_FLIGHTS names it
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
         return self.client.query(query, **variables)
@@ -93,10 +99,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DagsterUI]:
+    from pipelines.dagster.speed_probe import server_env
+
     tmp = tmp_path_factory.mktemp("dagster_ui")
     lake, port = tmp / "lake", _free_port()
+    speed_server = f"127.0.0.1:{_free_port()}"  # where a test starts the flights speed service
     env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home"), "PYSPARK_PYTHON": sys.executable,
-           "GX_ANALYTICS_ENABLED": "False"}
+           "GX_ANALYTICS_ENABLED": "False", server_env(_flights()): speed_server}
     for var in ("DUET_PIPELINE", "DUET_PIPELINES", "DUET_PROJECT_ROOT"):  # no --pipeline: both examples
         env.pop(var, None)
     log = (tmp / "duet-ui.log").open("w")
@@ -120,7 +129,8 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             pytest.fail("the Dagster UI did not answer within 300 s")
         time.sleep(2)
     try:
-        yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, client=DagsterClient(url), runs={})
+        yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, client=DagsterClient(url), runs={},
+                        speed_server=speed_server)
     finally:
         proc.send_signal(signal.SIGTERM)  # duet ui stops dagster dev and its children
         try:
@@ -407,3 +417,116 @@ def test_what_a_user_sees_in_the_dagster_ui(ui: DagsterUI, browser: Any) -> None
     text = _open(browser, f"{ui.url}/runs/{ui.runs['failed']}", "cannot reach Kafka at 127.0.0.1:1")
     assert "Failure" in text or "Failed" in text
     browser.save_screenshot(str(IMG / "dagster-failed-run.png"))
+
+
+# ------------------------------------------------------------------------------- the speed layer
+def _scrape(url: str) -> dict[str, Any]:
+    """What the speed service at ``url`` says of itself on ``GET /metrics``: ``state`` (of the
+    client), ``total`` (records processed), ``lag`` (``{topic: records}``), ``threads`` (alive
+    stream threads)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = threads = 0
+    state = None
+    lag: dict[str, int] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for s in family.samples:
+            if s.name == "kafka_streams_client_state" and s.value == 1:
+                state = s.labels["kafka_streams_client_state"]
+            elif s.name == "kafka_streams_stream_thread_process_total":
+                total += int(s.value)
+            elif s.name == "kafka_streams_records_lag":
+                lag[s.labels["topic"]] = lag.get(s.labels["topic"], 0) + int(s.value)
+            elif s.name == "kafka_streams_alive_stream_threads":
+                threads += int(s.value)
+    return {"state": state, "total": total, "lag": lag, "threads": threads}
+
+
+def _caught_up(url: str, timeout_s: float = 180) -> dict[str, Any]:
+    """The service's :func:`_scrape` once it has processed every record the topics hold:
+    RUNNING, no lag, a total above 0 that two scrapes a second apart agree on."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        now = _scrape(url)
+        if now["state"] == "RUNNING" and now["total"] and not sum(now["lag"].values()) and now == last:
+            return now
+        last = now
+        time.sleep(1)
+    pytest.fail(f"the speed service at {url} did not catch up in {timeout_s} s: {last}")
+
+
+def _observation(ui: DagsterUI, path: list[str], timeout_s: float = 180) -> dict[str, Any]:
+    """``{label: value}`` of the first observation of asset ``path`` (waiting for it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        data = ui.gql(
+            """query O($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+                 assetObservations(limit: 1) { metadataEntries { label
+                   ... on TextMetadataEntry { text } ... on IntMetadataEntry { intValue }
+                   ... on FloatMetadataEntry { floatValue } ... on TimestampMetadataEntry { timestamp } } } } } }""",
+            key={"path": path})["assetOrError"]
+        if data.get("assetObservations"):
+            return {e["label"]: next(v for k, v in e.items() if k != "label")
+                    for e in data["assetObservations"][0]["metadataEntries"]}
+        time.sleep(2)
+    pytest.fail(f"no observation of {path} in {timeout_s} s")
+
+
+def _metadata_table(browser: Any) -> dict[str, str]:
+    """``{key: value}`` of the Metadata table of the asset page open in ``browser`` (its rows
+    are key, timestamp of the event that reported it, value)."""
+    rows = browser.execute_script("""return [...document.querySelectorAll('table tr')].map(
+        tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()));""")
+    return {cells[0]: cells[-1] for cells in rows if len(cells) >= 2}
+
+
+def test_the_speed_service_observed_in_dagster(ui: DagsterUI, browser: Any, tmp_path: Path) -> None:
+    """``duet speed --follow --server`` on the flights the UI loaded, at the address the code
+    location's ``$DUET_SPEED_SERVER_FLIGHTS`` names; the ``flights_speed_layer_lag`` sensor,
+    turned on, observes it: the speed layer's page shows the service's state, lag and
+    processed records as its ``/metrics`` gives them, and its ``speed_lag`` check passed."""
+    from speed_service_kit import wait_healthy
+
+    url = f"http://{ui.speed_server}"
+    env = {**os.environ, "DUET_HOME": str(tmp_path / "duet_home"), "PYTHONUNBUFFERED": "1"}
+    log = (tmp_path / "duet-speed.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "speed", "--follow", "--fresh", "--server", ui.speed_server,
+         "--bootstrap", ui.bootstrap, "--pipeline", FLIGHTS],
+        env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(proc, url)
+        served = _caught_up(url)
+        _sensor(ui, "flights_speed_layer_lag", on=True)
+        try:
+            observed = _observation(ui, ["flights", "speed_layer"])
+        finally:
+            _sensor(ui, "flights_speed_layer_lag", on=False)
+        # the observation is the service's own word
+        assert (observed["source"], observed["servers"], observed["state"]) == ("service", url, "RUNNING"), observed
+        assert observed["process_total"] == served["total"] > 3000, (observed, served)  # the 3003 flights and more
+        assert {k: v for k, v in observed.items() if k.startswith("lag_")} == \
+            {**{f"lag_{t}": n for t, n in served["lag"].items()}, "lag_total": 0}, observed
+        assert "lag_flights" in observed and observed["alive_stream_threads"] == served["threads"] >= 1
+        assert observed["process_rate"] >= 0 and observed["last_seen"] > time.time() - 600
+
+        _open(browser, f"{ui.url}/assets/flights/speed_layer", "RUNNING")
+        shown = _metadata_table(browser)
+        assert (shown["state"], shown["servers"], shown["lag_total"], shown["lag_flights"]) == \
+            ("RUNNING", url, "0", "0"), shown
+        assert shown["process_total"].replace(",", "") == str(served["total"]), shown
+        assert shown["alive_stream_threads"] == str(served["threads"]) and float(shown["process_rate"]) >= 0, shown
+        assert "last_seen" in shown, shown
+        browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(  # the service's own rows
+            "xpath", "//td[normalize-space()='lag_total']"))
+        browser.save_screenshot(str(IMG / "dagster-speed.png"))
+        text = _open(browser, f"{ui.url}/assets/flights/speed_layer?view=checks", "speed_lag")
+        assert "Passed" in text and "lag 0 records <= 10,000" in text, text[:3000]
+        browser.save_screenshot(str(IMG / "dagster-speed-check.png"))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        finally:
+            log.close()
+    assert proc.returncode == 0, (tmp_path / "duet-speed.log").read_text()[-3000:]
