@@ -8,7 +8,9 @@ recomputes the views from all archived data (see :mod:`pipelines.dagster.partiti
 ``<p>_new_kafka_data`` sensor, asks for a run only when the source topics hold records the
 lake has not archived, for the days they fall on (:func:`recompute_request`); else it skips.
 Both skip while a run of ``<p>_recompute`` is queued or running (it would recompute the same
-tables at the same time; the next tick looks again) and without a configured Kafka cluster.
+tables at the same time; the next tick looks again), while another writer holds the lake lock
+of ``p``'s folder (a ``duet run``, or a backfill's run: a run now would fail at its first
+writing step; :mod:`pipelines.lake_lock`), and without a configured Kafka cluster.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
@@ -77,9 +79,12 @@ def request_for_new_data(p: Pipeline, instance: Optional[dg.DagsterInstance], ka
                          lake: LakeResource, *, trigger: str,
                          run_key: Optional[str] = None) -> "dg.RunRequest | dg.SkipReason":
     """What the sensor and the schedule ask for (see the module docstring): a skip while a
-    ``<p>_recompute`` run is active in ``instance``, without a cluster, or when the cluster
-    does not answer; else :func:`recompute_request` on the records not yet archived
-    (``run_key`` ``None``: their end offsets)."""
+    ``<p>_recompute`` run is active in ``instance``, without a cluster, while another writer
+    holds ``p``'s lake lock, or when the cluster does not answer; else
+    :func:`recompute_request` on the records not yet archived (``run_key`` ``None``: their end
+    offsets)."""
+    from pipelines.lake_lock import lock_holder
+
     if instance is not None:
         active = instance.get_run_records(dg.RunsFilter(job_name=job_name(p), statuses=_ACTIVE), limit=1)
         if active:
@@ -88,8 +93,12 @@ def request_for_new_data(p: Pipeline, instance: Optional[dg.DagsterInstance], ka
     bootstrap = kafka.configured_bootstrap()
     if not bootstrap:
         return dg.SkipReason(_NO_CLUSTER)
+    folder = p.lake(lake.root())
+    holder = lock_holder(folder)
+    if holder is not None:
+        return dg.SkipReason(f"{folder} is in use by {holder.describe()}: the next tick looks again")
     try:
-        new = kafka_new_data(p, bootstrap, p.lake(lake.root()))
+        new = kafka_new_data(p, bootstrap, folder)
     except Exception as exc:  # the cluster may be down: report, do not crash the daemon
         return dg.SkipReason(f"cannot read the new records from {bootstrap}: {exc}")
     return recompute_request(p, new, partition_keys(p), trigger=trigger,

@@ -7,7 +7,8 @@ fall on (event time, :mod:`pipelines.dagster.new_data`) and requests a run of
 (:func:`pipelines.dagster.schedules.recompute_request`; the model is in
 :mod:`pipelines.dagster.partitions`), one per distinct set of end offsets (its ``run_key``,
 ``topic:partition=offset,...;...``), so a run is never requested twice for the same data. It
-skips while a run of ``<p>_recompute`` is queued or running.
+skips while a run of ``<p>_recompute`` is queued or running, and while another writer (a
+``duet run``, a backfill's run) holds the pipeline's lake lock.
 
 ``<p>_speed_layer_lag`` observes the speed layer (a service, not an op). Every minute it reads
 it (:mod:`pipelines.dagster.speed_probe`): the speed service's ``/metrics`` when

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -113,22 +114,41 @@ def instance() -> Iterator[dg.DagsterInstance]:
         yield inst
 
 
-def test_no_request_while_a_recompute_runs(instance: dg.DagsterInstance, tmp_path: Path) -> None:
+def _sensor_and_schedule_say(instance: dg.DagsterInstance, lake: Path) -> list[object]:
+    """What ``flights_new_kafka_data`` and ``flights_recompute_schedule`` return on ``lake``,
+    with an unreachable broker configured."""
     from pipelines.dagster import KafkaResource, LakeResource
     from pipelines.dagster.schedules import recompute_job, recompute_schedule
     from pipelines.dagster.sensors import new_kafka_data
 
-    resources = {"kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"), "lake": LakeResource(path=str(tmp_path))}
+    resources = {"kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"), "lake": LakeResource(path=str(lake))}
     job = recompute_job(flights)
     tick = dt.datetime(2025, 3, 1, 7, tzinfo=dt.timezone.utc)
-    instance.add_run(dg.DagsterRun(job_name="flights_recompute", run_id="r-1", status=dg.DagsterRunStatus.STARTED))
     with dg.build_sensor_context(instance=instance, resources=resources) as ctx:
-        sensor_skip = new_kafka_data(flights, job)(ctx)
+        sensor_says = new_kafka_data(flights, job)(ctx)
     with dg.build_schedule_context(instance=instance, resources=resources, scheduled_execution_time=tick) as ctx:
-        schedule_skip = recompute_schedule(flights, job)(ctx)
-    for skip in (sensor_skip, schedule_skip):  # before the unreachable broker is asked anything
+        schedule_says = recompute_schedule(flights, job)(ctx)
+    return [sensor_says, schedule_says]
+
+
+def test_no_request_while_a_recompute_runs(instance: dg.DagsterInstance, tmp_path: Path) -> None:
+    instance.add_run(dg.DagsterRun(job_name="flights_recompute", run_id="r-1", status=dg.DagsterRunStatus.STARTED))
+    for skip in _sensor_and_schedule_say(instance, tmp_path):  # before the unreachable broker is asked anything
         assert isinstance(skip, dg.SkipReason), skip
         assert skip.skip_message == "run r-1 of flights_recompute is started: the next tick looks again"
+
+
+def test_no_request_while_another_writer_holds_the_lake(instance: dg.DagsterInstance, tmp_path: Path) -> None:
+    """A run now would fail at its first writing step (and use up its run key)."""
+    from pipelines.lake_lock import LakeLock
+
+    with LakeLock(tmp_path / "flights", "duet run --limit 20000"):
+        says = _sensor_and_schedule_say(instance, tmp_path)
+    for skip in says:  # before the unreachable broker is asked anything
+        assert isinstance(skip, dg.SkipReason), skip
+        assert skip.skip_message.startswith(f"{tmp_path / 'flights'} is in use by `duet run --limit 20000` (pid "
+                                            f"{os.getpid()} on "), skip.skip_message
+        assert skip.skip_message.endswith(" ago): the next tick looks again"), skip.skip_message
 
 
 def _json(value: object) -> bytes:
