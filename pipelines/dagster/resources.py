@@ -48,11 +48,13 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     Inside a run, :meth:`writable` takes the lake lock of a pipeline's folder at the first
     step that writes it and holds it until the run ends (the lock is released when the
-    resource is torn down, or by the kernel when the run's process dies): a ``duet run`` or
-    ``duet batch`` meanwhile fails at once naming the run, and the run's step fails naming a
-    ``duet`` command (or another run) that holds it. One lock per run assumes the steps of a
-    run share its process (``in_process_executor``, what :func:`pipelines.dagster.definitions`
-    sets); under a multiprocess executor each step's process takes it for its step.
+    resource is torn down, a moment after Dagster marks the run succeeded or failed, or by the
+    kernel when the run's process dies): a ``duet run`` or ``duet batch`` meanwhile fails at
+    once naming the run, and the run's step fails naming a ``duet`` command (or another run)
+    that holds it. One lock per run assumes the steps of a run share its process
+    (``in_process_executor``, what :func:`pipelines.dagster.definitions` sets); under a
+    multiprocess executor each step's process takes it for its step, and two steps writing one
+    pipeline's folder at the same time fail one another.
     """
 
     path: str = Field(default="", description="Lake root; empty: $DUET_LAKE, else <repo>/lake.")

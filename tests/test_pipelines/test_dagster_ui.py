@@ -193,6 +193,18 @@ def _run_of_sensor(ui: DagsterUI, name: str, timeout_s: float = 300) -> str:
     pytest.fail(f"sensor {name} launched no run in {timeout_s} s")
 
 
+def _wait_lake_lock_released(folder: Path, timeout_s: float = 30) -> None:
+    """Wait until no run holds the lake lock of ``folder``: a run's status turns SUCCESS just
+    before its resources, and with them the lock, are torn down."""
+    from pipelines.lake_lock import lock_holder
+
+    deadline = time.monotonic() + timeout_s
+    while (holder := lock_holder(folder)) is not None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{folder} still held by {holder.describe()} {timeout_s} s after its run ended")
+        time.sleep(0.2)
+
+
 def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: Any) -> None:
     import dagster as dg
 
@@ -228,6 +240,7 @@ def test_the_sensor_runs_for_the_days_new_data_falls_on(ui: DagsterUI, browser: 
     finally:
         _sensor(ui, "flights_new_kafka_data", on=False)
     assert ui.wait_run(shop_run) == "SUCCESS"
+    _wait_lake_lock_released(ui.lake / "flights")
     with dg.build_sensor_context(resources=resources) as ctx:
         skip = new_kafka_data(ctx)
     assert isinstance(skip, dg.SkipReason) and "no new records" in (skip.skip_message or "")
