@@ -151,16 +151,18 @@ class LakeLock:
         """
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-            holder = _named_holder(fd)
+            taken = _try_exclusive(fd)
+            holder = None if taken else _named_holder(fd)
+            if not taken and holder is None:  # nobody named: maybe lock_holder's shared lock of a moment
+                taken = _try_exclusive(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        if not taken:
             os.close(fd)
             who = holder.describe() if holder is not None else "another duet command (starting)"
             raise LakeBusy(f"{self.folder} is in use by {who}; wait until it ends, or stop it (one command at a "
-                           "time writes a pipeline's lake)") from None
+                           "time writes a pipeline's lake)")
         if not _same_file(fd, self.path):
             os.close(fd)
             return None
@@ -206,6 +208,22 @@ def lock_holder(folder: Path) -> LockHolder | None:
         return None  # nobody holds it: stale (our shared lock goes with the descriptor)
     finally:
         os.close(fd)
+
+
+def _try_exclusive(fd: int) -> bool:
+    """``flock`` ``fd`` exclusively without waiting: ``True`` when taken, ``False`` when another
+    open file holds a lock on it.
+
+    Raises:
+        OSError: any other failure of ``flock``.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
 
 
 def _named_holder(fd: int) -> LockHolder | None:

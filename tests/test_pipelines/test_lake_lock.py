@@ -79,6 +79,21 @@ def test_a_second_writer_fails_at_once_naming_the_first(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
+def test_a_look_at_the_holder_is_no_second_writer(tmp_path: Path) -> None:
+    """``lock_holder`` (``duet ui``, the Dagster sensor and schedule every tick) takes a shared
+    lock for a moment; a writer that meets it takes the lock once it is gone."""
+    import fcntl
+    import threading
+
+    folder = tmp_path / "flights"
+    folder.mkdir()
+    probe = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what lock_holder holds while it looks
+    threading.Timer(0.2, os.close, [probe]).start()
+    with LakeLock(folder, "duet run") as lock:
+        assert lock.held and lock_holder(folder).command == "duet run"  # type: ignore[union-attr]
+
+
 def test_a_holder_in_another_process(tmp_path: Path, holder: subprocess.Popen[str]) -> None:
     folder = tmp_path / "lake" / "flights"
     with pytest.raises(LakeBusy, match=f"`duet run --limit 20000` \\(pid {holder.pid} on "):
