@@ -302,10 +302,11 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
     s = _worker(["speed", json.dumps({"bootstrap": bootstrap, "app_id": app_id, "state_dir": str(state),
                                       "out": str(stats_file)})])
     r["speed_fps"], r["late"], r["rss_mb"] = r["flights"] / s["seconds"], s["late"], s["peak_rss_mb"]
+    r["cpu_ms"] = s["cpu_s"] / r["flights"] * 1e3  # per flight: less sensitive than flights/s to others' load
     r["load_speed"] = _load()
     say(f"speed: {r['flights']:,} flights in {s['seconds']:.1f} s = {r['speed_fps']:,.0f} flights/s "
         f"({s['records_in'] / s['seconds']:,.0f} input records/s), {s['late']:,} late, peak RSS "
-        f"{s['peak_rss_mb']:,.0f} MB, process CPU {s['cpu_s']:.1f} s")
+        f"{s['peak_rss_mb']:,.0f} MB, process CPU {s['cpu_s']:.1f} s ({r['cpu_ms']:.3f} ms per flight)")
     with open(stats_file, "rb") as fh:
         speed = pickle.load(fh)
 
@@ -366,7 +367,7 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
 
 # --------------------------------------------------------------------------- report
 def _table(rows: list[dict[str, Any]], cluster: bool) -> None:
-    head = ["years", "flights", "speed fl/s", "(load)", "late", "peak RSS MB", "restored", "to RUNNING s", "rec/s",
+    head = ["years", "flights", "speed fl/s", "(load)", "CPU ms/fl", "late", "peak RSS MB", "restored", "to RUNNING s", "rec/s",
             "(load)", "ingest s", "batch s", "(load)"]
     if cluster:
         head += ["cluster s", "(load)"]
@@ -374,6 +375,7 @@ def _table(rows: list[dict[str, Any]], cluster: bool) -> None:
     body = []
     for r in rows:
         cells = [str(r["years"]), f"{r['flights']:,}", f"{r['speed_fps']:,.0f}", f"{r['load_speed']:.2f}",
+                 f"{r['cpu_ms']:.3f}",
                  f"{r['late']:,}", f"{r['rss_mb']:,.0f}", f"{r['restored']:,}", f"{r['restore_s']:.1f}",
                  f"{r['restore_rps']:,.0f}", f"{r['load_restore']:.2f}", f"{r['ingest_s']:.1f}", f"{r['batch_s']:.1f}",
                  f"{r['load_batch']:.2f}"]
@@ -398,7 +400,8 @@ def _ratios(rows: list[dict[str, Any]], cluster: bool) -> None:
 
     speed = big["speed_fps"] / small["speed_fps"]
     print(f"speed flights/s {m} y / {n} y: {speed:.2f}x (target >= {TARGET_SPEED_RATIO}): "
-          f"{verdict(speed >= TARGET_SPEED_RATIO)} (load {small['load_speed']:.2f} / {big['load_speed']:.2f})")
+          f"{verdict(speed >= TARGET_SPEED_RATIO)} (load {small['load_speed']:.2f} / {big['load_speed']:.2f}; "
+          f"CPU per flight {small['cpu_ms']:.3f} / {big['cpu_ms']:.3f} ms = {big['cpu_ms'] / small['cpu_ms']:.2f}x)")
     print(f"peak RSS of the speed process at {m} y: {big['rss_mb']:,.0f} MB (target < {TARGET_PEAK_RSS_MB:,} MB): "
           f"{verdict(big['rss_mb'] < TARGET_PEAK_RSS_MB)}")
     print(f"restore at {m} y: {big['restored']:,} records, RUNNING {big['restore_s']:.1f} s after start(), "
