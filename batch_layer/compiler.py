@@ -93,6 +93,11 @@ class BatchOptions:
             processors run per task inside Spark, ``batch_layer.general``);
             ``"general"``: always the general executor. Both give the same answer
             (docs/batch-executors.md).
+        write_concurrency: the views are written by up to this many Spark jobs at once
+            (one driver thread each; 1: one after another). A view's write is mostly
+            driver-side latency on small data (planning, the Delta commit), which the
+            others' jobs overlap; views computed by one fused pass share its one shuffle
+            and its persisted result (a second job waits for the stage the first runs).
     """
 
     join_strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
@@ -103,10 +108,13 @@ class BatchOptions:
     fuse_aggregations: bool = True
     key_buckets: int = 64
     executor: Literal["auto", "general"] = "auto"
+    write_concurrency: int = 4
 
     def __post_init__(self) -> None:
         if self.executor not in ("auto", "general"):
             raise ValueError(f"executor must be auto or general, got {self.executor!r}")
+        if self.write_concurrency < 1:
+            raise ValueError(f"write_concurrency must be >= 1, got {self.write_concurrency}")
         if self.join_strategy not in ("auto", "broadcast", "shuffle"):
             raise ValueError(f"join_strategy must be auto, broadcast or shuffle, got {self.join_strategy!r}")
         if self.broadcast_max_rows < 0 or self.window_block_ms <= 0 or self.key_buckets <= 0:

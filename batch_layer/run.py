@@ -16,8 +16,10 @@ its Hadoop file systems, ``_batch.json`` is written with pyarrow's file systems.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BatchResult", "run_batch", "read_view", "view_path"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,6 @@ def run_batch(
         BatchLayerError: a raw input table is missing; a lake URI without an authority
             (``hdfs:///lake``); ``spark`` is a Spark Connect session.
     """
-    from .delta.io import write_table
     from .errors import BatchLayerError
     from .spark import is_connect
 
@@ -112,12 +115,8 @@ def run_batch(
         )
     plan = compile_topology(topology, views=views, config=config, options=options)
     frames = plan.execute(spark, lake, input_frames=input_frames)
-    rows: dict[str, int] = {}
     try:
-        for store, df in frames.items():
-            path = view_path(lake, store)
-            write_table(df, path, mode="overwrite")
-            rows[store] = _rows_of(spark, path)
+        rows = _write_views(spark, frames, lake, plan.options.write_concurrency)
         watermark = frames.watermark_ms()
         dropped, by_node, joins = frames.dropped(), frames.dropped_by_node(), frames.join_strategies
     finally:
@@ -132,19 +131,51 @@ def run_batch(
     return BatchResult(rows, watermark, time.monotonic() - started, dropped, by_node, joins)
 
 
-def _rows_of(spark: "SparkSession", path: str | Path) -> int:
-    """Rows of the Delta table at ``path`` from its file statistics (no scan)."""
+def _write_views(spark: "SparkSession", frames: dict[str, "DataFrame"], lake: str | Path,
+                 concurrency: int) -> dict[str, int]:
+    """Write each view of ``frames`` to ``<lake>/views/<store>`` (overwrite), up to
+    ``concurrency`` Spark jobs at once (one driver thread each; PySpark pins each Python
+    thread to a JVM thread); returns the rows written per store, in ``frames``' order.
+
+    Raises:
+        the first exception of a write (after the others ended); Ctrl-C is raised in the
+        calling thread and the SparkContext's jobs are cancelled.
+    """
+    from .delta.io import write_table
+
+    def write(store: str) -> int:
+        path = view_path(lake, store)
+        write_table(frames[store], path, mode="overwrite")
+        return _rows_of(spark, path)
+
+    stores = list(frames)
+    if concurrency <= 1 or len(stores) <= 1:
+        return {store: write(store) for store in stores}
+    pool = ThreadPoolExecutor(max_workers=min(concurrency, len(stores)), thread_name_prefix="duet-view-write")
     try:
-        from deltalake import DeltaTable
+        futures = {store: pool.submit(write, store) for store in stores}
+        wait(futures.values())  # every write ends (or fails) before the first error is raised
+        return {store: futures[store].result() for store in stores}
+    except KeyboardInterrupt:
+        spark.sparkContext.cancelAllJobs()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
-        actions = DeltaTable(str(path)).get_add_actions(flatten=True)
-        import pyarrow as pa
 
-        col = pa.table(actions).column("num_records")
+def _rows_of(spark: "SparkSession", path: str | Path) -> int:
+    """Rows of the Delta table at ``path`` from its file statistics (no scan); counted by
+    Spark when a file has no ``num_records`` statistic or delta-rs cannot read the log."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    try:
+        col = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("num_records")
+    except Exception as e:  # noqa: BLE001 - a log delta-rs cannot read: Spark counts
+        log.debug("row count of %s from delta-rs failed (%s: %s); counting with Spark", path, type(e).__name__, e)
+    else:
         if col.null_count == 0:
             return int(sum(col.to_pylist()))
-    except Exception:  # noqa: BLE001 - fall back to counting with Spark
-        pass
     return spark.read.format("delta").load(str(path)).count()
 
 

@@ -100,8 +100,14 @@ def run_and_interrupt(project: Project, phase: str, delay_s: float = 0.0, args: 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        if not started.wait(timeout_s):
-            pytest.fail(f"the {phase} phase did not start in {timeout_s} s:\n" + "\n".join(result.lines[-40:]))
+        deadline = time.monotonic() + timeout_s
+        while not started.wait(0.5):
+            if proc.poll() is not None:  # ended (failed) before the phase: no need to wait
+                reader.join(10)
+                pytest.fail(f"duet {command} exited {proc.returncode} before the {phase} phase:\n"
+                            + "\n".join(result.lines[-40:]))
+            if time.monotonic() > deadline:
+                pytest.fail(f"the {phase} phase did not start in {timeout_s} s:\n" + "\n".join(result.lines[-40:]))
         time.sleep(delay_s)
         assert proc.poll() is None, f"duet {command} ended before Ctrl-C:\n{result.output[-3000:]}"
         os.killpg(proc.pid, signal.SIGINT)
