@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,19 @@ def _log_of(pid: int) -> Path | None:
     return Path(target) if target.endswith("instance.log") else None
 
 
+def _signal_and_wait(proc: subprocess.Popen[str], lines: list[str], send: Callable[[], None], exit_code: int) -> None:
+    """``send()`` (a signal to the command or one of its instances), then assert that the
+    command exits with ``exit_code`` within 60 s; its process group is killed if it outlives
+    that; then half a second for its last lines to reach ``lines``."""
+    try:
+        send()
+        assert proc.wait(timeout=60) == exit_code, "\n".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(0.5)
+
+
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.timeout(300)
@@ -149,13 +163,7 @@ def test_ctrl_c_in_the_speed_phase_of_a_run_stops_every_instance(project: tuple[
     phase, exit 130, no instance left."""
     proc, lines, children = _start_two(*project, args=("run", "--instances", "2", "--lake", str(tmp_path)),
                                        running=False)
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, "\n".join(lines)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(0.5)
+    _signal_and_wait(proc, lines, lambda: os.killpg(proc.pid, signal.SIGINT), exit_code=130)
     said = [ln for ln in lines if "interrupted" in ln]
     assert len(said) == 1 and said[0].startswith("duet run: interrupted during the speed phase"), "\n".join(lines)
     assert not any("Traceback" in ln for ln in lines), "\n".join(lines)
@@ -167,13 +175,7 @@ def test_ctrl_c_in_the_speed_phase_of_a_run_stops_every_instance(project: tuple[
 def test_a_killed_instance_fails_the_command(project: tuple[Path, dict[str, str]]) -> None:
     proc, lines, children = _start_two(*project)
     victim, other = children[1], children[0]
-    try:
-        os.kill(victim, signal.SIGKILL)
-        assert proc.wait(timeout=60) == 2, "\n".join(lines)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(0.5)
+    _signal_and_wait(proc, lines, lambda: os.kill(victim, signal.SIGKILL), exit_code=2)
     failed = [ln for ln in lines if "duet speed failed" in ln]
     assert len(failed) == 1, "\n".join(lines)
     assert f"(pid {victim}) died with exit code -9 (SIGKILL)" in failed[0] and "of 2" in failed[0], failed[0]
