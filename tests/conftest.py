@@ -11,6 +11,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 
@@ -47,16 +48,22 @@ def equivalence_kit() -> object:
     object, ``equivalence_kit``, the name that folder's tests import it by: other folders
     cannot import it as ``test_equivalence.equivalence_kit``, since ``test_equivalence`` is
     also the name of a test module there."""
+    return _kit("test_equivalence", "equivalence_kit")
+
+
+def _kit(folder: str, name: str) -> ModuleType:
+    """``tests/<folder>/<name>.py`` as ONE module object named ``name`` (the name its own
+    folder's tests import it by), loaded on first use."""
     import importlib.util
     from pathlib import Path
 
-    if "equivalence_kit" in sys.modules:
-        return sys.modules["equivalence_kit"]
-    path = Path(__file__).parent / "test_equivalence" / "equivalence_kit.py"
-    spec = importlib.util.spec_from_file_location("equivalence_kit", path)
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(__file__).parent / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["equivalence_kit"] = module  # its dataclasses look their module up there
+    sys.modules[name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -71,24 +78,7 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    """One headless Chromium (Debian's ``chromium`` + ``chromium-driver``, installed by
-    ``make setup``) driven by Selenium for the whole session; 1400x900 px."""
-    import shutil
-
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not binary or not driver_path:
-        pytest.fail("the browser tests need Debian's chromium and chromium-driver: run `make setup`")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,900", "--hide-scrollbars"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
-    try:
+    """One headless Chromium for the whole session (``browser_kit.chromium``: Debian's
+    ``chromium`` + ``chromium-driver``, installed by ``make setup``, driven by Selenium); 1400x900 px."""
+    with _kit("test_serving", "browser_kit").chromium() as driver:
         yield driver
-    finally:
-        driver.quit()

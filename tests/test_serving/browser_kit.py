@@ -1,4 +1,5 @@
-"""Helpers of the serving browser tests: the app on a loopback port, waits, an offline Chromium."""
+"""Helpers of the browser tests: the app on a loopback port, waits, a headless Chromium (the
+session's ``browser`` fixture is one) and an offline one."""
 
 from __future__ import annotations
 
@@ -60,11 +61,10 @@ def wait_for(driver: object, css: str, timeout: float = 30.0) -> object:
 
 
 @contextlib.contextmanager
-def offline_chromium() -> Iterator[object]:
-    """A headless Chromium without network access beyond loopback: every host name but
-    ``127.0.0.1`` fails to resolve (``--host-resolver-rules``) and any other address goes to a
-    closed proxy port, so a page loading a CDN script gets nothing. Its console is readable with
-    ``driver.get_log("browser")``."""
+def chromium(*args: str, capabilities: dict[str, object] | None = None) -> Iterator[object]:
+    """A headless Chromium (Debian's ``chromium`` + ``chromium-driver``, installed by ``make
+    setup``) driven by Selenium, 1400x900 px, with the extra command-line ``args`` and
+    ``capabilities``; quit on exit. Fails the test naming the packages when they are missing."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -73,11 +73,10 @@ def offline_chromium() -> Iterator[object]:
         pytest.fail("the browser tests need Debian's chromium and chromium-driver: run `make setup`")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console, CSP reports
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,900", "--hide-scrollbars",
-                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-                f"--proxy-server=http://127.0.0.1:{free_port()}", "--proxy-bypass-list=127.0.0.1"):
+                "--window-size=1400,900", "--hide-scrollbars", *args):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
     driver.set_page_load_timeout(60)
@@ -85,3 +84,13 @@ def offline_chromium() -> Iterator[object]:
         yield driver
     finally:
         driver.quit()
+
+
+def offline_chromium() -> contextlib.AbstractContextManager[object]:
+    """A headless :func:`chromium` without network access beyond loopback: every host name but
+    ``127.0.0.1`` fails to resolve (``--host-resolver-rules``) and any other address goes to a
+    closed proxy port, so a page loading a CDN script gets nothing. Its console is readable with
+    ``driver.get_log("browser")``."""
+    return chromium("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                    f"--proxy-server=http://127.0.0.1:{free_port()}", "--proxy-bypass-list=127.0.0.1",
+                    capabilities={"goog:loggingPrefs": {"browser": "ALL"}})  # console, CSP reports
