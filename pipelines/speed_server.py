@@ -40,7 +40,14 @@ from pipelines.pipeline import Pipeline
 from pipelines.preflight import UserError
 from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats
-from pipelines.speed_service import metric_total, new_application_id, streams_config, wait_caught_up
+from pipelines.speed_service import (
+    LIVE_REPLAY_CONFIG,
+    Feed,
+    feed_once_caught_up,
+    metric_total,
+    new_application_id,
+    streams_config,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -326,7 +333,7 @@ def serve_speed(
     application_id: str | None = None,
     state_dir: Path | None = None,
     advertised: str | None = None,
-    feed: Callable[[Callable[[], int], Callable[[], bool]], ReplayStats] | None = None,
+    feed: Feed | None = None,
     reporter: Reporter | None = None,
     timeout_s: float = 3600.0,
     on_ready: Callable[[SpeedService], None] | None = None,
@@ -366,7 +373,7 @@ def serve_speed(
     replay: ReplayStats | None = None
     service = SpeedService(pipeline, bootstrap, host, port, application_id=application_id, state_dir=state_dir,
                            advertised=advertised,
-                           extra={"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None)
+                           extra=dict(LIVE_REPLAY_CONFIG) if feed is not None else None)
     state = "CREATED"
     metrics: dict[str, Any] = {}
     with _stop_signals() as signals:
@@ -383,9 +390,7 @@ def serve_speed(
                 return metric_total(streams.metrics(), "process-total")
 
             if feed is not None:
-                if not wait_caught_up(streams, timeout_s):
-                    raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
-                replay = feed(processed, lambda: wait_caught_up(streams, timeout_s))
+                replay = feed_once_caught_up(streams, feed, processed, timeout_s)
             while not stop.wait(0.5):
                 pass
         except _Stopped as exc:

@@ -24,12 +24,16 @@ if TYPE_CHECKING:
 
     from serving.views.model import ViewSpec
     from pipelines.pipeline import Pipeline
+    from pipelines.replay import ReplayStats
     from speed_layer import KafkaStreams
 
 __all__ = [
     "LateRecord",
     "SpeedStats",
     "SpeedLayerFailed",
+    "Feed",
+    "LIVE_REPLAY_CONFIG",
+    "feed_once_caught_up",
     "new_application_id",
     "streams_config",
     "late_exclusions",
@@ -230,3 +234,29 @@ def wait_caught_up(
             return True
         if on_tick is not None:
             on_tick()
+
+
+#: A live replay of the speed layer (``feed`` of :func:`pipelines.steps.run_speed` and
+#: :func:`pipelines.speed_server.serve_speed`): called with the processed-records counter and
+#: a function waiting until the streams have caught up; produces more input and returns its stats.
+Feed = Callable[[Callable[[], int], Callable[[], bool]], "ReplayStats"]
+
+#: Streams config of a speed layer fed a live replay: short polls, and a commit every second:
+#: the record caches fold a second of window updates (a hopping window view updates 24
+#: windows per flight), and an exact sync of the replay (which waits for committed offsets)
+#: waits at most that long.
+LIVE_REPLAY_CONFIG: Mapping[str, Any] = {"poll.ms": 10, "commit.interval.ms": 1000}
+
+
+def feed_once_caught_up(streams: Any, feed: Feed, processed: Callable[[], int], timeout_s: float,
+                        on_tick: Callable[[], None] | None = None) -> ReplayStats:
+    """Wait until ``streams`` has caught up with what the topics hold (calling ``on_tick``
+    meanwhile), then run ``feed`` with ``processed`` and a catch-up wait; its stats.
+
+    Raises:
+        TimeoutError: not caught up within ``timeout_s`` (before the feed, or in its waits).
+        SpeedLayerFailed: the streams client stopped or failed meanwhile.
+    """
+    if not wait_caught_up(streams, timeout_s, on_tick):
+        raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
+    return feed(processed, lambda: wait_caught_up(streams, timeout_s))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,10 @@ from pipelines.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats
 from pipelines.speed_service import (
+    LIVE_REPLAY_CONFIG,
+    Feed,
     SpeedStats,
+    feed_once_caught_up,
     metric_total,
     new_application_id,
     runtime_late_records,
@@ -230,7 +233,7 @@ def run_speed(
     timeout_s: float = 3600.0,
     follow: bool = False,
     reporter: Reporter | None = None,
-    feed: Callable[[Callable[[], int], Callable[[], bool]], ReplayStats] | None = None,
+    feed: Feed | None = None,
     keep_state: bool = False,
     instances: int = 1,
 ) -> SpeedStats:
@@ -276,11 +279,8 @@ def run_speed(
     ensure_pipeline_topics(pipeline, bootstrap)
     topology = pipeline.build_topology()
     hops = _repartition_hops(topology)
-    # live replay: short polls, and a commit every second: the record caches fold a second
-    # of window updates (a hopping window view updates 24 windows per flight), and an exact
-    # sync of the replay (which waits for committed offsets) waits at most that long.
     # backlog: the producer lingers as Kafka Streams' own default (see BACKLOG_LINGER_MS)
-    extra: dict[str, Any] | None = {"poll.ms": 10, "commit.interval.ms": 1000} if feed is not None else None
+    extra: dict[str, Any] | None = dict(LIVE_REPLAY_CONFIG) if feed is not None else None
     if feed is None and not follow:
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog", instances=instances)
@@ -319,9 +319,7 @@ def run_speed(
         try:
             streams.start()
             if feed is not None:
-                if not wait_caught_up(streams, timeout_s, tick):
-                    raise TimeoutError(f"speed layer not caught up after {timeout_s:.0f} s")
-                replay = feed(processed, lambda: wait_caught_up(streams, timeout_s))
+                replay = feed_once_caught_up(streams, feed, processed, timeout_s, tick)
                 counts = input_record_count(bootstrap, pipeline.input_topics)
                 total = sum(counts.values())
             produced_at = replay.last_delivery if replay is not None else time.monotonic()
