@@ -159,7 +159,9 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     earlier ``duet-<name>-run-*`` runs and, with ``inputs``, the input topics; removes this
     pipeline's tables from the lake (``raw/<topic>`` of the deleted topics, ``views/<view>``,
     ``views/_batch.json``, ``serving/<view>``, ``serving/_views.json``, ``quality/<view>.json``)
-    and the speed layer's old state folders. ``bootstrap=None`` resets the lake only.
+    and the state folders of earlier runs' speed layers, but not one a running speed layer
+    holds (a ``duet speed --follow --fresh``, another ``duet run``'s speed phase: kept, in one
+    warning naming its holder). ``bootstrap=None`` resets the lake only.
     """
     from speed_layer.runtime.admin import delete_topics
 
@@ -177,10 +179,40 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
         _remove_lake_entry(lake / "quality" / f"{view}.json")
     _remove_lake_entry(lake / "views" / "_batch.json")
     _remove_lake_entry(lake / "serving" / "_views.json")
+    _remove_old_state(pipeline)
+
+
+def _remove_old_state(pipeline: Pipeline) -> None:
+    """Delete the state folders of ``pipeline``'s runs (``<state_root>/duet-<name>-run-*``:
+    an application's state directory, or an instance's of ``--instances N`` holding one),
+    each under the ``.lock`` a ``KafkaStreams`` takes in its state directory (as Kafka's
+    ``cleanUp``); a folder whose lock a running instance holds is kept, in one warning naming
+    it and its holder."""
+    from speed_layer.errors import StreamsException
+    from speed_layer.runtime.restore import StateDirectory
+
     root = state_root()
-    if root.is_dir():
-        for folder in root.glob(f"{pipeline.run_app_id_prefix}-*"):
+    if not root.is_dir():
+        return
+    for folder in sorted(root.glob(f"{pipeline.run_app_id_prefix}-*")):
+        if not folder.is_dir():
+            continue
+        taken: list[StateDirectory] = []
+        try:
+            # <root>/<application id>/.lock, or an instance's <root>/<application id>-i<k>/<application id>/.lock
+            nested = [StateDirectory(folder, d.name) for d in folder.iterdir() if (d / ".lock").is_file()]
+            for state in nested or [StateDirectory(root, folder.name)]:
+                state.lock()
+                taken.append(state)
             shutil.rmtree(folder, ignore_errors=True)
+        except StreamsException:
+            log.warning("reset kept the state folder %s: a running speed layer holds it, %s", folder,
+                        state.holder() or "another instance")
+        except OSError as exc:  # as rmtree(ignore_errors=True) did: a folder we cannot touch stays
+            log.debug("state folder %s not removed: %s", folder, exc)
+        finally:
+            for state in taken:
+                state.unlock()
 
 
 # --------------------------------------------------------------------------- load

@@ -114,6 +114,25 @@ class StateDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    def holder(self) -> str | None:
+        """Who holds ``.lock`` now (a running instance): ``None`` when nobody does, else
+        ``pid N (command line)`` (``this process (pid N)`` for a lock taken here) as
+        ``/proc/locks`` names it, or ``another instance`` where it cannot be read. Probed with
+        the ``flock`` :meth:`lock` takes, released at once."""
+        try:
+            fd = os.open(self.app_dir / ".lock", os.O_RDWR)
+        except OSError:  # no lock file: never locked
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return _describe_pid(_flock_pid(os.fstat(fd)))
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
     def process_id(self) -> str:
         """The instance's process id, created once and kept in the state directory."""
         path = self.app_dir / "kafka-streams-process-metadata"
@@ -161,6 +180,36 @@ class StateDirectory:
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
+
+
+def _flock_pid(st: os.stat_result) -> int | None:
+    """The pid ``/proc/locks`` gives for a ``flock`` on the file of ``st`` (Linux); None when
+    it names none or cannot be read. Its lines: ``1: FLOCK  ADVISORY  WRITE 1234 fe:00:5433561
+    0 EOF`` (a waiter's has ``->`` after the number); device numbers in hex."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    flocks = [f for f in (line.split() for line in lines) if len(f) >= 6 and f[1] == "FLOCK"]
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    same_inode = [f for f in flocks if f[5].rsplit(":", 1)[-1] == str(st.st_ino)]
+    for f in [f for f in same_inode if f[5] == exact] or same_inode:  # some file systems report another device
+        if f[4].isdigit():
+            return int(f[4])
+    return None
+
+
+def _describe_pid(pid: int | None) -> str:
+    """``pid N (its command line, at most 100 characters)``."""
+    if pid is None:
+        return "another instance"
+    if pid == os.getpid():
+        return f"this process (pid {pid})"
+    try:
+        command = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({command[:97] + '...' if len(command) > 100 else command})"
 
 
 @dataclass

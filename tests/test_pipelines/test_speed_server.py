@@ -11,7 +11,9 @@ in tumbling minutes, 1 h grace, through a repartition topic; 1 ms a click). In o
    against the service while a burst of clicks waits, records an observation with its lag,
    state and process rate and fails the ``speed_lag`` check under a bound of 100 records,
    passes it under 10^9; once caught up the check, run in a job, passes under 100;
-3. SIGTERM: the service closes the streams and the server and prints one line, exit 0.
+3. ``reset_pipeline`` of another run keeps the state folder the service holds (and says so)
+   and deletes a finished run's;
+4. SIGTERM: the service closes the streams and the server and prints one line, exit 0.
 
 In this process: ``serve_speed`` with a live ``feed`` (as ``duet speed`` on an embedded
 broker) stopped by its ``stop`` event; an address in use is one line (``UserError``).
@@ -19,6 +21,8 @@ broker) stopped by its ``stop`` event; an address in use is one line (``UserErro
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import signal
 import socket
@@ -222,6 +226,48 @@ def test_dagster_observes_the_service_and_checks_its_lag(service: Service, monke
     assert evaluation.passed and evaluation.metadata["lag_total"].value == 0, evaluation
     _, again = tick(100)
     assert again.passed
+
+
+def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """``reset_pipeline`` of another run of the service's pipeline (lake only: the topics are
+    the service's) deletes a finished run's state folder, keeps the one the service's
+    ``KafkaStreams`` holds (its ``.lock``) with one warning naming the folder and the service's
+    pid, and the service goes on counting on that state. The same for the folders of an
+    ``--instances N`` run (``<app id>-i<k>/<app id>/.lock``): a live instance's is kept (here
+    held by this process), a finished one's deleted."""
+    from pipelines.steps import reset_pipeline, state_root
+    from speed_layer.runtime.restore import StateDirectory
+
+    monkeypatch.setenv("DUET_HOME", str(service.state.parent))  # the service's state folder is the state root
+    assert state_root() == service.state
+    (live,) = service.state.glob(f"{service.pipeline.run_app_id_prefix}-*")
+    tasks = {d.name for d in live.iterdir() if d.is_dir()}
+    assert tasks, "the service has no task folders"
+    app_id = f"{service.pipeline.run_app_id_prefix}-20260301t000000-0ld0ne"
+    finished, finished_instance, live_instance = (StateDirectory(service.state / folder, app_id)
+                                                  for folder in ("", f"{app_id}-i1", f"{app_id}-i2"))
+    for state in (finished, finished_instance, live_instance):
+        state.lock()
+        state.task_dir("0_0").mkdir()
+    finished.unlock()
+    finished_instance.unlock()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipelines.steps"):
+            reset_pipeline(service.pipeline, None, tmp_path / "lake")
+        assert live_instance.task_dir("0_0").is_dir() and live_instance.holder() == f"this process (pid {os.getpid()})"
+    finally:
+        live_instance.unlock()
+    assert not finished.app_dir.exists() and not finished_instance.app_dir.parent.exists()
+    assert {d.name for d in live.iterdir() if d.is_dir()} == tasks and (live / ".lock").exists()
+    kept = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
+    (of_service,) = [m for m in kept if str(live) in m]
+    (of_instance,) = [m for m in kept if str(live_instance.app_dir.parent) in m]
+    assert len(kept) == 2 and f"pid {service.proc.pid} (" in of_service and "this process" in of_instance, kept
+    service.produce(5000, 20)
+    _wait("counted after the reset",
+          lambda: _count(service.url, f"{service.prefix}-per_user", "u0") == service.clicks_of(0), timeout_s=60)
 
 
 def test_sigterm_stops_the_service_with_one_line(service: Service) -> None:

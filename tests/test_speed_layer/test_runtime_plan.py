@@ -2,6 +2,7 @@
 checkpoint files, the state directory lock."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -101,12 +102,15 @@ def test_checkpoint_roundtrip(tmp_path: Path) -> None:
 
 def test_state_directory_lock_and_process_id(tmp_path: Path) -> None:
     a = StateDirectory(tmp_path, "app")
+    assert a.holder() is None  # no state directory yet
     a.lock()
     with pytest.raises(StreamsException, match="used by another instance"):
         StateDirectory(tmp_path, "app").lock()
+    assert StateDirectory(tmp_path, "app").holder() == f"this process (pid {os.getpid()})"
     pid = a.process_id()
     assert StateDirectory(tmp_path, "app").process_id() == pid  # stable across restarts
     (a.task_dir("0_0") / "rocksdb").mkdir(parents=True)
     a.cleanup()
     assert not a.task_dir("0_0").exists() and a.process_id() == pid
     a.unlock()
+    assert a.holder() is None
