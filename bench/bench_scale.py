@@ -38,6 +38,11 @@ average at the end of its phase (the machine may be shared).
     .venv/bin/python bench/bench_scale.py --flights 3000 --years 1,2     # a smoke run
     .venv/bin/python bench/bench_scale.py                                 # 1, 3, 10 full years
     .venv/bin/python bench/bench_scale.py --spark-cluster
+    .venv/bin/python bench/bench_scale.py --spark-cluster --batch-only --years 1,10
+
+``--batch-only``: per size the load, the ingest and the batch only, on the cluster with
+``--spark-cluster`` (not on local[*] then), else on local[*]; the batch ratio is printed.
+The README's "Scale" section shows the table of a full run.
 """
 from __future__ import annotations
 
@@ -279,7 +284,7 @@ def _agreement(pipeline: Any, bootstrap: str, lake: Path, speed: Any, records_in
 
 
 def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, cluster_url: str | None,
-              requests: int, unbounded: int, rng: random.Random) -> dict[str, Any]:
+              requests: int, unbounded: int, rng: random.Random, batch_only: bool = False) -> dict[str, Any]:
     from pipelines.examples.flights import pipeline
     from pipelines.speed_service import new_application_id
     from pipelines.steps import ingest, load_data, reset_pipeline
@@ -297,6 +302,8 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
     r["flights"] = loaded["flights"]
     say(f"load: {loaded} in {time.monotonic() - t0:.1f} s")
 
+    if batch_only:
+        return _batch_only(r, pipeline, bootstrap, lake, cluster_url, say)
     app_id = new_application_id(pipeline.run_app_id_prefix)
     stats_file = work / f"speed-{years}.pkl"
     s = _worker(["speed", json.dumps({"bootstrap": bootstrap, "app_id": app_id, "state_dir": str(state),
@@ -362,6 +369,27 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
         say(f"serving {what}: {x['requests']} requests, p50 {x['p50']:.1f} ms, p99 {x['p99']:.1f} ms, "
             f"{x['rows_per_request']:,.0f} rows per answer; per view (p50/p99 ms) "
             + ", ".join(f"{v} {a:.1f}/{b:.1f}" for v, (a, b) in x["per_view"].items()))
+    return r
+
+
+def _batch_only(r: dict[str, Any], pipeline: Any, bootstrap: str, lake: Path, cluster_url: str | None,
+                say: Any) -> dict[str, Any]:
+    """``--batch-only``: ingest, then the batch on the cluster if any, else on local[*]."""
+    from pipelines.steps import ingest
+
+    t0 = time.monotonic()
+    ingest(bootstrap, lake, pipeline.archived_topics)
+    r["ingest_s"] = time.monotonic() - t0
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "MASTER", "DUET_SPARK_MASTER")}
+    conf: dict[str, str] = {}
+    location = str(lake)
+    if cluster_url is not None:
+        env.update({"DUET_SPARK_MASTER": cluster_url, "PYSPARK_PYTHON": sys.executable})
+        conf, location = CLUSTER_CONF, lake.as_uri()
+    b = _worker(["batch", json.dumps({"lake": location, "conf": conf})], env=env)
+    r["batch_s"], r["load_batch"], r["master"] = b["seconds"], _load(), b["master"]
+    say(f"ingest {r['ingest_s']:.1f} s; batch on {b['master']}: {b['seconds']:.1f} s (Spark start "
+        f"{b['start_s']:.1f} s not counted), rows {b['rows']}")
     return r
 
 
@@ -434,6 +462,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400, help="serving requests of a week per size")
     ap.add_argument("--unbounded", type=int, default=100, help="serving requests without bounds per size")
     ap.add_argument("--spark-cluster", action="store_true", help="also run the batch on a standalone cluster")
+    ap.add_argument("--batch-only", action="store_true",
+                    help="load, ingest and the batch only (on the cluster with --spark-cluster, else local[*])")
     ap.add_argument("--bootstrap", default=None, help="an external broker (default: an embedded one)")
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -465,10 +495,12 @@ def main() -> None:
             for years in sizes:
                 try:
                     rows.append(_one_size(years, a.flights, bootstrap, work, cluster.url if cluster else None,
-                                          a.requests, a.unbounded, rng))
+                                          a.requests, a.unbounded, rng, a.batch_only))
                 except Exception as exc:  # noqa: BLE001 - report the sizes finished
                     print(f"  {years:2d} y FAILED: {type(exc).__name__}: {exc}", flush=True)
                     break
+                if a.batch_only:
+                    continue
                 # the table so far: a run stopped early still leaves the sizes it finished
                 print(f"\nbench_scale at {commit or '?'}, {a.flights or 'all'} flights per year, load average "
                       f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} cores; each (load) column: at the end of that "
@@ -479,7 +511,15 @@ def main() -> None:
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if rows:
+    if a.batch_only:
+        for r in rows:
+            print(f"{r['years']:2d} y, {r['flights']:,} flights: batch on {r['master']} {r['batch_s']:.1f} s "
+                  f"(load {r['load_batch']:.2f})")
+        if len(rows) > 1:
+            ratio = rows[-1]["batch_s"] / rows[0]["batch_s"]
+            print(f"batch {rows[-1]['years']} y / {rows[0]['years']} y: {ratio:.2f}x (target <= {TARGET_BATCH_RATIO:g}): "
+                  f"{'met' if ratio <= TARGET_BATCH_RATIO else 'NOT met'}")
+    elif rows:
         _ratios(rows, cluster is not None)
 
 
