@@ -41,10 +41,9 @@ import re
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from batch_layer.errors import BatchLayerError
 
@@ -62,7 +61,6 @@ __all__ = [
     "resolve_remote",
     "resolve_target",
     "stop_spark",
-    "warm_up",
 ]
 
 log = logging.getLogger(__name__)
@@ -366,49 +364,6 @@ def stop_spark() -> None:
         if _spark is not None:
             _spark.stop()
             _spark, _target = None, None
-
-
-def warm_up(spark: SparkSession) -> SparkSession:
-    """Run the first Spark jobs of a batch run ahead of it, and return ``spark``.
-
-    The first job of a fresh session pays for what later jobs reuse: the executors' Python
-    workers start (``spark.python.worker.reuse``) and import the batch layer's Arrow
-    functions, and the JVM loads and compiles Delta's reader and writer. ``duet run`` calls
-    this in the background while its speed phase runs, so its batch phase starts warm.
-
-    The jobs: one ``mapInArrow`` task per core of the default parallelism importing
-    :mod:`batch_layer.translators._fused` and :mod:`batch_layer.translators._runtime`; on a
-    ``local`` master, a two-row Delta table written and read back in a temporary folder
-    (executors elsewhere could not reach it). A Spark Connect session is returned as is.
-    A failing warm-up is logged as a warning and the session returned: the batch run itself
-    then raises the error where it belongs.
-    """
-    if is_connect(spark):
-        return spark
-    started = time.monotonic()
-    sc = spark.sparkContext
-    try:
-        n = max(1, sc.defaultParallelism)
-        spark.range(0, n, numPartitions=n).mapInArrow(_import_batch_functions, "id long").collect()
-        if sc.master.startswith("local"):
-            with tempfile.TemporaryDirectory(prefix="duet-spark-warm-up-") as tmp:
-                spark.range(2).write.format("delta").save(tmp)
-                spark.read.format("delta").load(tmp).collect()
-    except Exception as e:  # noqa: BLE001 - the batch run raises it again where it belongs
-        log.warning("Spark warm-up failed (%s: %s); the batch phase starts cold", type(e).__name__, e)
-    else:
-        log.info("Spark warmed up in %.1f s", time.monotonic() - started)
-    return spark
-
-
-def _import_batch_functions(batches: Any) -> Any:
-    """``mapInArrow`` function of :func:`warm_up`: imports the batch layer's executor-side
-    modules, passes the batches through."""
-    import importlib
-
-    for module in ("batch_layer.translators._fused", "batch_layer.translators._runtime"):
-        importlib.import_module(module)
-    yield from batches
 
 
 def _is_stopped(spark: SparkSession) -> bool:

@@ -213,13 +213,6 @@ def _in_background(name: str, fn: Callable[..., _T], *args: Any) -> Future[_T]:
     return future
 
 
-def _warm_session(spark_factory: Callable[[], SparkSession]) -> SparkSession:
-    """``spark_factory()``, warmed up (:func:`batch_layer.spark.warm_up`)."""
-    from batch_layer.spark import warm_up
-
-    return warm_up(spark_factory())
-
-
 @contextlib.contextmanager
 def _stop_spark_on_interrupt(spark_future: Future[SparkSession]) -> Iterator[None]:
     """On Ctrl-C, stop the SparkSession ``spark_future`` gives as soon as it is up."""
@@ -259,8 +252,7 @@ def run_main_job(
     docstring).
 
     ``spark_factory`` returns the SparkSession (default ``batch_layer.spark.get_spark``); it
-    is called in a background thread as the job starts, before the reset (the JVM starts, and runs
-    the first Spark jobs, :func:`batch_layer.spark.warm_up`, while the earlier phases run).
+    is called in a background thread when the speed phase starts (the JVM starts meanwhile).
     The speed views are read back from Kafka in the background during the batch phase.
     ``on_phase`` is called with each phase's name as it starts (``reset``, ``load``,
     ``speed``, ``ingest``, ``batch``, ``publish``, ``checks``, ``agreement``, ``summary``).
@@ -279,33 +271,32 @@ def run_main_job(
     lake = options.lake
     load = options.load and pipeline.sample is not None
     timer = _Timer(on_phase)
+    with timer.phase("reset"):
+        reset_pipeline(pipeline, bootstrap, lake, inputs=load)
+        ensure_pipeline_topics(pipeline, bootstrap)
+
+    feed = None
+    if load and options.backlog:
+        with timer.phase("load"):
+            load_data(pipeline, bootstrap, options.limit, rep, scale=options.scale)
+    elif load:
+        with timer.phase("load"):
+            rep.start("load", None)
+            sample = pipeline.sample_data(options.limit, options.scale)
+            produce_tables(pipeline, bootstrap, sample, rep)
+
+        def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
+            return replay_events(bootstrap, sample.events, processed, sync, reporter=rep, total=sample.event_count())
+
     if spark_factory is None:
         from batch_layer.spark import get_spark
 
         spark_factory = get_spark
-    # the Spark JVM starts first, and runs its first (slowest) jobs, while the topics are
-    # reset and loaded and the speed layer runs (a Python process bound to one core by the
-    # GIL leaves room on a second core); the speed views are read back from Kafka while
-    # Spark computes the batch views
-    spark_future = _in_background("spark", _warm_session, spark_factory)
+    # the Spark JVM starts while the speed layer runs (a Python process bound to one core by
+    # the GIL leaves room on a second core), and the speed views are read back from Kafka
+    # while Spark computes the batch views
+    spark_future = _in_background("spark", spark_factory)
     with _stop_spark_on_interrupt(spark_future):
-        with timer.phase("reset"):
-            reset_pipeline(pipeline, bootstrap, lake, inputs=load)
-            ensure_pipeline_topics(pipeline, bootstrap)
-
-        feed = None
-        if load and options.backlog:
-            with timer.phase("load"):
-                load_data(pipeline, bootstrap, options.limit, rep, scale=options.scale)
-        elif load:
-            with timer.phase("load"):
-                rep.start("load", None)
-                sample = pipeline.sample_data(options.limit, options.scale)
-                produce_tables(pipeline, bootstrap, sample, rep)
-
-            def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
-                return replay_events(bootstrap, sample.events, processed, sync, reporter=rep, total=sample.event_count())
-
         with timer.phase("speed"):
             speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed,
                               instances=options.instances if feed is None else 1)

@@ -1,4 +1,4 @@
-"""The batch run's view writes (``BatchOptions.write_concurrency``) and the Spark warm-up.
+"""The batch run's view writes (``BatchOptions.write_concurrency``).
 
 Several views written by concurrent Spark jobs, among them views of one fused pass (which
 share its shuffle and persisted result), give the rows the speed layer gives. (Every other
@@ -7,7 +7,6 @@ batch test runs with the default concurrency too; 1 is the plain loop.)
 from __future__ import annotations
 
 import sys
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ import pytest
 
 from batch_layer.compiler import BatchOptions
 from batch_layer.run import run_batch
-from batch_layer.spark import warm_up
 from speed_layer import Consumed, Materialized, Produced, Serdes, StreamsBuilder, TimeWindows
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "test_equivalence"))
@@ -61,11 +59,3 @@ def test_views_written_by_concurrent_jobs_are_the_speed_layers(spark: Any, tmp_p
 def test_write_concurrency_below_one_is_rejected() -> None:
     with pytest.raises(ValueError, match="write_concurrency must be >= 1, got 0"):
         BatchOptions(write_concurrency=0)
-
-
-@pytest.mark.spark
-def test_warm_up_returns_the_session_and_leaves_no_folder(spark: Any) -> None:
-    before = set(Path(tempfile.gettempdir()).glob("duet-spark-warm-up-*"))
-    assert warm_up(spark) is spark
-    assert set(Path(tempfile.gettempdir()).glob("duet-spark-warm-up-*")) == before
-    assert spark.range(3).count() == 3  # still usable
