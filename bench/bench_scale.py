@@ -479,8 +479,12 @@ def main() -> None:
           f"{os.cpu_count()} cores, load {os.getloadavg()}", flush=True)
 
     from _broker import bench_broker
+    from pipelines import steps
 
     work = Path(tempfile.mkdtemp(prefix="duet-bench-scale-"))
+    # reset_pipeline removes the state folders of earlier runs under state_root(), by default
+    # <repo>/.duet/state, shared with other runs on this checkout: the bench's are its own
+    steps.state_root = lambda: work / "state"  # type: ignore[assignment]
     rows: list[dict[str, Any]] = []
     cluster = None
     try:
