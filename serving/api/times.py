@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 from serving.errors import InvalidTimeError
 
@@ -57,8 +58,26 @@ def ms_to_iso(ms: int | None) -> str | None:
     a time outside years 1..9999."""
     if ms is None:
         return None
+    # the day's date once per day (a key's rows share few days), the time by arithmetic:
+    # what ``isoformat(timespec="milliseconds")`` gives, at a tenth of its cost per row
+    day, rem = divmod(ms, _DAY_MS)
+    date_t = _date_prefix(day)
+    if date_t is None:
+        return None
+    hours, rem = divmod(rem, 3_600_000)
+    minutes, rem = divmod(rem, 60_000)
+    seconds, millis = divmod(rem, 1000)
+    return f"{date_t}{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
+
+
+_DAY_MS = 86_400_000
+
+
+@lru_cache(maxsize=65_536)
+def _date_prefix(day: int) -> str | None:
+    """``YYYY-MM-DDT`` of the ``day``-th day after 1970-01-01 (negative: before), ``None``
+    outside years 1..9999."""
     try:
-        dt = _EPOCH + timedelta(milliseconds=ms)
+        return (_EPOCH + timedelta(days=day)).date().isoformat() + "T"
     except OverflowError:  # beyond datetime's range (years 1..9999)
         return None
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
+from hypothesis import given
+from hypothesis import strategies as st
 from fastapi.testclient import TestClient
 
 from serving.api import create_app, ms_to_iso, parse_time_ms
@@ -36,6 +39,17 @@ def test_parse_time() -> None:
         parse_time_ms("yesterday", "from")
     assert ms_to_iso(T0 + 1) == "2013-01-01T00:00:00.001Z" and ms_to_iso(None) is None
     assert ms_to_iso(10**18) is None
+
+
+@given(st.integers(min_value=-62_135_596_800_000 - 10**10, max_value=253_402_300_800_000 + 10**10))
+def test_ms_to_iso_is_datetime_isoformat(ms: int) -> None:
+    # the arithmetic of ms_to_iso against what datetime formats, years 1..9999 and beyond
+    try:
+        dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    except OverflowError:
+        assert ms_to_iso(ms) is None
+    else:
+        assert ms_to_iso(ms) == dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def test_health_and_views(client: TestClient) -> None:
