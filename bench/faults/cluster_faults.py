@@ -58,6 +58,10 @@ from bench.faults.instance_kill import KEYS, committed_input, settle, spawn_inst
 from bench.faults.outputs import QUIET
 
 PARTITIONS = 6
+#: how long a restarted node may take to be listed again, and the partitions to be back in
+#: sync (s): on a starved 2-core machine (load 35 in a CI run) a KRaft controller event took
+#: 13 s and a restarted node was not unfenced within the cluster's default 90 s
+RECOVERY_TIMEOUT_S = 240.0
 #: faults of the scripted run, in this order unless chosen with --faults
 FAULTS = ("leader-input", "leader-changelog", "leader-output", "instance-kill-broker-down",
           "rolling-restart", "pause-coordinator")
@@ -186,15 +190,15 @@ class _Run:
         node = self.cluster.leader_of(topic, 0)
         self.cluster.kill(node)
         time.sleep(down_s)
-        self.cluster.restart(node)
-        self.cluster.wait_in_sync()
+        self.cluster.restart(node, timeout_s=RECOVERY_TIMEOUT_S)
+        self.cluster.wait_in_sync(timeout_s=RECOVERY_TIMEOUT_S)
         return f"node {node} (leader of {topic}-0)"
 
     def _rolling_restart(self) -> str:
         for node in sorted(self.cluster.nodes):
             self.cluster.terminate(node)
-            self.cluster.restart(node)
-            self.cluster.wait_in_sync()
+            self.cluster.restart(node, timeout_s=RECOVERY_TIMEOUT_S)
+            self.cluster.wait_in_sync(timeout_s=RECOVERY_TIMEOUT_S)
         return "nodes " + ", ".join(map(str, sorted(self.cluster.nodes)))
 
     def _pause_coordinator(self, pause_s: float) -> str:
@@ -202,7 +206,7 @@ class _Run:
         self.cluster.pause(node)
         time.sleep(pause_s)
         self.cluster.resume(node)
-        self.cluster.wait_in_sync()
+        self.cluster.wait_in_sync(timeout_s=RECOVERY_TIMEOUT_S)
         return f"node {node} (group coordinator) for {pause_s:.0f} s"
 
     def _instance_kill(self, i: int) -> str:
@@ -218,8 +222,8 @@ class _Run:
         time.sleep(2)
         instance = self._instance_kill(self.rng.randrange(len(self.procs)))
         time.sleep(down_s)
-        self.cluster.restart(node)
-        self.cluster.wait_in_sync()
+        self.cluster.restart(node, timeout_s=RECOVERY_TIMEOUT_S)
+        self.cluster.wait_in_sync(timeout_s=RECOVERY_TIMEOUT_S)
         return f"node {node}, then {instance}"
 
     def _committed_past(self, before: dict[int, int], t0: float, timeout_s: float) -> float:

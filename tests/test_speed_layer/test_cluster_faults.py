@@ -6,8 +6,9 @@ guarantees through broker faults under load (small versions of
   mid-transaction, and an instance SIGKILLed while a broker is down: nothing lost, nothing
   counted twice, no instance lost, as a read_committed consumer sees it (the bench also
   kills the output's leader);
-* at_least_once: the group coordinator paused past the session timeouts: nothing lost, no
-  instance lost (rolling restarts run in the bench's soak);
+* at_least_once runs in the bench only (``--guarantee at_least_once``, its soak): its paused
+  coordinator and rolling restarts took 140-220 s of a make test that must stay under 30
+  minutes; the coordinator moving is covered by the committed-offsets test below;
 * committed offsets stay readable while the group coordinator restarts (the SIGSEGV of
   librdkafka's admin OffsetFetch, see ``speed_layer.runtime.committed_offsets``).
 
@@ -105,16 +106,3 @@ def test_exactly_once_through_leader_kills_and_an_instance_kill_with_a_broker_do
     assert report.errors == [], describe(report)
     assert (report.lost_keys, report.duplicated_keys, report.repeated_counts, report.instances_died) == (0, 0, 0, 0), \
         describe(report)
-
-
-def test_at_least_once_through_a_paused_coordinator(
-    cluster: EmbeddedKafkaCluster, tmp_path: Path
-) -> None:
-    # a rolling restart (100-220 s) is left to the soak (`--soak-minutes`); the coordinator
-    # moving during one is covered by the committed-offsets test above
-    report = run(cluster, "at_least_once", tmp_path, faults=("pause-coordinator",),
-                 rate=300.0, gap_s=(2.0, 3.0), seed=4)
-    assert report.records > 2000, describe(report)
-    assert all(f.recovery_s >= 0 for f in report.faults), describe(report)
-    assert report.errors == [], describe(report)
-    assert (report.lost_keys, report.instances_died) == (0, 0), describe(report)
