@@ -364,7 +364,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8000,
 ) -> None:
     """Serve the pipeline's merged views over HTTP (FastAPI + uvicorn): the pages /ui and
-    /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=,
+    /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
     /quality; OpenAPI at /docs."""
     setup_logging(False)
     from pipelines.preflight import check_lake_served, check_port_free
@@ -393,7 +393,8 @@ def query(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Keys listed when no key is given.")] = 50,
 ) -> None:
     """Read a merged view from the lake, as `GET /views/{view}/keys/{key}` does: the rows of
-    KEY whose window overlaps [--from, --to], each with the layer it came from."""
+    KEY whose window overlaps [--from, --to], each with the layer it came from (all of them:
+    the API's pages, concatenated)."""
     setup_logging(False)
     from pipelines.preflight import UserError, check_lake_served
     from serving.api.times import ms_to_iso, parse_time_ms

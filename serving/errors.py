@@ -12,6 +12,7 @@ __all__ = [
     "UnknownViewError",
     "UnknownKeyError",
     "InvalidTimeError",
+    "InvalidCursorError",
     "CatalogueError",
     "BatchViewNotFoundError",
     "SpeedSourceError",
@@ -60,6 +61,10 @@ class UnknownKeyError(ServingError, LookupError):
 
 class InvalidTimeError(ServingError, ValueError):
     """A time bound that is neither ISO-8601 nor integer epoch milliseconds, or an empty range."""
+
+
+class InvalidCursorError(ServingError, ValueError):
+    """A paging ``cursor`` that is not one the API handed out (malformed or tampered with)."""
 
 
 class CatalogueError(ServingError, ValueError):

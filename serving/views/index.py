@@ -1,10 +1,12 @@
 """An in-memory read index over the published views ``<lake>/serving/<view>``.
 
 Each view listed in ``<lake>/serving/_views.json`` whose Delta table exists is loaded (one
-pinned Delta version) into a pandas frame sorted by ``key, window_start`` with a per-key row
-range. The index checks the Delta versions at most every ``refresh_interval_s`` seconds (on
-access) and swaps a reloaded view in atomically: a query sees either the old or the new
-version of a view, never a mix.
+pinned Delta version) into a pandas frame sorted by ``key, window_start, window_end`` with a
+per-key row range. :meth:`ViewIndex.page` reads a page of a key's rows by binary search on
+the window bounds (keyset paging: a page costs its own rows, not the key's). The index
+checks the Delta versions at most every ``refresh_interval_s`` seconds (on access) and swaps
+a reloaded view in atomically: a query sees either the old or the new version of a view,
+never a mix.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from serving.errors import UnknownKeyError, UnknownViewError
 from serving.views.frames import normalize_view_frame
 from serving.views.model import ViewSpec, load_catalogue
 
-__all__ = ["ViewIndex", "ViewSnapshot"]
+__all__ = ["KeyPage", "RowPosition", "ViewIndex", "ViewSnapshot"]
 
 log = logging.getLogger(__name__)
+
+#: a null window bound in :attr:`ViewSnapshot.starts` / ``ends`` (sorts first, as the frame's nulls)
+NULL_MS = int(np.iinfo(np.int64).min)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class ViewSnapshot:
         frame: rows sorted by ``key, window_start, window_end`` (served columns).
         ranges: ``key -> (first row, end row)`` positions in ``frame``.
         loaded_at: wall-clock time of the load (epoch seconds).
+        starts: ``frame.window_start`` as int64, a null as ``NULL_MS`` (sorted within a key).
+        ends: ``frame.window_end`` likewise.
     """
 
     spec: ViewSpec
@@ -46,6 +53,8 @@ class ViewSnapshot:
     frame: pd.DataFrame
     ranges: dict[str, tuple[int, int]] = field(repr=False)
     loaded_at: float
+    starts: np.ndarray = field(repr=False)
+    ends: np.ndarray = field(repr=False)
 
     @property
     def rows(self) -> int:
@@ -72,11 +81,85 @@ class ViewSnapshot:
             ranges = {keys[s]: (int(s), int(e)) for s, e in zip(starts, ends)}
         else:
             ranges = {}
-        return cls(spec=spec, version=version, frame=df, ranges=ranges, loaded_at=time.time())
+        return cls(spec=spec, version=version, frame=df, ranges=ranges, loaded_at=time.time(),
+                   starts=df["window_start"].to_numpy(dtype=np.int64, na_value=NULL_MS),
+                   ends=df["window_end"].to_numpy(dtype=np.int64, na_value=NULL_MS))
 
 
 def _int_or_none(v: Any) -> int | None:
     return None if v is None or v is pd.NA else int(v)
+
+
+@dataclass(frozen=True)
+class RowPosition:
+    """Where a page of a key's rows ended: the window bounds of its last row (``None``: null,
+    a table) and ``seen``, how many rows with exactly those bounds were returned up to there.
+    The next page starts after them (keyset paging: rows added or removed elsewhere in the
+    key neither shift nor repeat the ones after it)."""
+
+    window_start: int | None
+    window_end: int | None
+    seen: int = 1
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    """A page of a key's rows (:meth:`ViewIndex.page`).
+
+    Attributes:
+        rows: the rows, in the order of :meth:`ViewIndex.query`.
+        next: where the next page starts; ``None`` when this page is the last.
+    """
+
+    rows: list[dict[str, Any]]
+    next: RowPosition | None
+
+
+def _ms(v: int | None) -> int:
+    return NULL_MS if v is None else v
+
+
+def _select(snap: ViewSnapshot, lo: int, hi: int, from_ms: int | None, to_ms: int | None,
+            after: RowPosition | None, limit: int | None) -> tuple[np.ndarray, bool]:
+    """Positions (in ``snap.frame``) of the rows of the key range ``[lo, hi)`` that overlap
+    ``[from_ms, to_ms]``, after ``after``, at most ``limit``; and whether more follow.
+
+    Within a key the rows are sorted by ``(window_start, window_end)``, so the ``to`` bound
+    (``window_start <= to``) and the cursor are binary searches. Every row starting after
+    ``from`` passes the ``from`` bound (a window ends at or after its start); only those
+    starting at or before it are tested one by one (numpy), and only from the cursor on.
+    """
+    starts, ends = snap.starts[lo:hi], snap.ends[lo:hi]
+    begin, end = 0, hi - lo
+    windowed = snap.spec.windowed
+    if windowed and to_ms is not None:
+        end = int(np.searchsorted(starts, to_ms, side="right"))
+    if after is not None:
+        first, last = _ties(starts, ends, _ms(after.window_start), _ms(after.window_end))
+        begin = min(first + after.seen, last)
+    if windowed and from_ms is not None:
+        sure = max(begin, min(end, int(np.searchsorted(starts, from_ms, side="right"))))
+        head = ends[begin:sure]
+        keep = head >= from_ms if snap.spec.window_kind == "session" else head > from_ms
+        tested = begin + np.flatnonzero(keep)
+    else:
+        sure, tested = begin, np.empty(0, dtype=np.int64)
+    want = None if limit is None else limit + 1
+    if want is not None and len(tested) >= want:
+        picked = tested[:want]
+    else:
+        stop = end if want is None else min(end, sure + want - len(tested))
+        picked = np.concatenate([tested, np.arange(sure, max(sure, stop), dtype=np.int64)])
+    more = limit is not None and len(picked) > limit
+    return lo + picked[:limit], more
+
+
+def _ties(starts: np.ndarray, ends: np.ndarray, start: int, end: int) -> tuple[int, int]:
+    """``[first, last)``: the rows with bounds ``(start, end)`` (empty: where they would be)."""
+    a = int(np.searchsorted(starts, start, side="left"))
+    b = int(np.searchsorted(starts, start, side="right"))
+    return (a + int(np.searchsorted(ends[a:b], end, side="left")),
+            a + int(np.searchsorted(ends[a:b], end, side="right")))
 
 
 class ViewIndex:
@@ -217,12 +300,13 @@ class ViewIndex:
         from_ms: int | None = None,
         to_ms: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Rows of ``key`` in ``view`` whose window overlaps ``[from_ms, to_ms]`` (ms, inclusive;
-        ``None`` = unbounded), ordered by ``window_start``.
+        """Every row of ``key`` in ``view`` whose window overlaps ``[from_ms, to_ms]`` (ms,
+        inclusive; ``None`` = unbounded), ordered by ``window_start`` then ``window_end``.
 
         A time window ``[start, end)`` overlaps when ``start <= to_ms and end > from_ms``; a
         session ``[start, end]`` when ``start <= to_ms and end >= from_ms``. For a
         non-windowed view the bounds are ignored (a table has one current row per key).
+        :meth:`page` reads the same rows a page at a time.
 
         Returns:
             Dicts ``{"key", "window_start", "window_end", "value" (JSON text), "timestamp",
@@ -232,20 +316,40 @@ class ViewIndex:
             UnknownViewError: if the view is not served.
             UnknownKeyError: if the key has no row in the view (regardless of the bounds).
         """
+        return self.page(view, key, from_ms, to_ms).rows
+
+    def page(
+        self,
+        view: str,
+        key: str,
+        from_ms: int | None = None,
+        to_ms: int | None = None,
+        after: RowPosition | None = None,
+        limit: int | None = None,
+    ) -> KeyPage:
+        """The rows of :meth:`query` that come after ``after`` (``None``: from the first),
+        at most ``limit`` of them (``None``: all).
+
+        The pages of a key, each started at the previous one's ``next``, concatenate to
+        :meth:`query`'s rows, none skipped or repeated, as long as the view's version does
+        not change in between (across a new version a page continues after the same window
+        bounds). A page costs binary searches plus its own rows (with ``from_ms``, a numpy
+        test of the key's windows starting before it, from ``after`` on).
+
+        Raises:
+            UnknownViewError: if the view is not served.
+            UnknownKeyError: if the key has no row in the view (regardless of the bounds).
+        """
         snap = self.snapshot(view)
         bounds = snap.ranges.get(key)
         if bounds is None:
             raise UnknownKeyError(view, key)
-        rows = snap.frame.iloc[bounds[0]:bounds[1]]
-        if snap.spec.windowed:
-            if to_ms is not None:
-                rows = rows[rows["window_start"] <= to_ms]
-            if from_ms is not None:
-                if snap.spec.window_kind == "session":
-                    rows = rows[rows["window_end"] >= from_ms]
-                else:
-                    rows = rows[rows["window_end"] > from_ms]
-        return [
+        picked, more = _select(snap, bounds[0], bounds[1], from_ms, to_ms, after, limit)
+        if len(picked) and picked[-1] - picked[0] == len(picked) - 1:
+            rows = snap.frame.iloc[int(picked[0]):int(picked[-1]) + 1]  # contiguous: a slice, no copy
+        else:
+            rows = snap.frame.iloc[picked]
+        out = [
             {
                 "key": r.key,
                 "window_start": _int_or_none(r.window_start),
@@ -256,3 +360,11 @@ class ViewIndex:
             }
             for r in rows.itertuples(index=False)
         ]
+        nxt = None
+        if more:
+            last = int(picked[-1])
+            start, end = int(snap.starts[last]), int(snap.ends[last])
+            first, _ = _ties(snap.starts[bounds[0]:bounds[1]], snap.ends[bounds[0]:bounds[1]], start, end)
+            nxt = RowPosition(None if start == NULL_MS else start, None if end == NULL_MS else end,
+                              seen=last - bounds[0] - first + 1)
+        return KeyPage(rows=out, next=nxt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -50,6 +51,18 @@ def test_ms_to_iso_is_datetime_isoformat(ms: int) -> None:
         assert ms_to_iso(ms) is None
     else:
         assert ms_to_iso(ms) == dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                    max_leaves=8))
+def test_parse_value_is_json_loads(doc: object) -> None:
+    # a row's value: orjson when it can, json for NaN, infinities and integers beyond 64 bits
+    from serving.api.app import _parse_value
+
+    text = json.dumps(doc)
+    assert repr(_parse_value(text)) == repr(json.loads(text))
+    assert _parse_value("not json {") == "not json {" and _parse_value(None) is None
 
 
 def test_health_and_views(client: TestClient) -> None:
@@ -141,7 +154,10 @@ def test_openapi(client: TestClient) -> None:
     assert {"/health", "/views", "/views/{view}/keys", "/views/{view}/keys/{key}", "/quality"} <= set(spec["paths"])
     get = spec["paths"]["/views/{view}/keys/{key}"]["get"]
     assert {"404", "400", "422"} <= set(get["responses"])
-    assert {p["name"] for p in get["parameters"]} == {"view", "key", "from", "to"}
+    assert {p["name"] for p in get["parameters"]} == {"view", "key", "from", "to", "limit", "cursor"}
+    assert "Link" in get["responses"]["200"]["headers"]
+    rows_schema = spec["components"]["schemas"]["KeyRowsResponse"]["properties"]
+    assert {"limit", "next_cursor", "rows"} <= set(rows_schema)
     assert {"Row", "ViewInfo", "HealthResponse", "QualityResult"} <= set(spec["components"]["schemas"])
     assert client.get("/docs").status_code == 200
 
