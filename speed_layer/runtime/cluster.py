@@ -40,6 +40,18 @@ from speed_layer.runtime.broker import EmbeddedKafka, _free_ports, _kafka_uuid, 
 
 __all__ = ["EmbeddedKafkaCluster"]
 
+#: The controller quorum's timeouts of a cluster of several nodes, above KRaft's defaults
+#: (fetch 2,000 ms, election 1,000 ms): on a shared 2-core machine running three JVMs and
+#: the clients under test, a controller event alone was measured at 2.1-2.9 s
+#: ("Exceptionally slow controller event"), so the followers' fetches timed out and the
+#: quorum elected a new active controller six times in 90 s; a restarted node's broker then
+#: met ``NotControllerException`` on every heartbeat and was unfenced 111 s after its start
+#: (13 s without the churn). ``extra_properties`` override these.
+QUORUM_TIMEOUTS = {
+    "controller.quorum.fetch.timeout.ms": "8000",
+    "controller.quorum.election.timeout.ms": "3000",
+}
+
 #: librdkafka's logs of the cluster's admin clients (a stopped node is expected to refuse).
 _log = logging.getLogger(__name__)
 
@@ -67,9 +79,10 @@ class EmbeddedKafkaCluster:
         self.size = size
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="duet-cluster-"))
+        properties = {**(QUORUM_TIMEOUTS if size > 1 else {}), **(extra_properties or {})}
         self.nodes: dict[int, EmbeddedKafka] = {
             n: EmbeddedKafka(self.work_dir / f"node-{n}", heap=heap, jars_dir=jars_dir,
-                             extra_properties=extra_properties, node_id=n)
+                             extra_properties=properties, node_id=n)
             for n in range(1, size + 1)
         }
         self._bootstrap: str | None = None
