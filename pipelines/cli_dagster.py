@@ -46,6 +46,7 @@ def ui(
     cluster. Nothing is deleted unless --load is given. Runs until Ctrl-C; the runs it
     launches use that broker and the lake."""
     setup_logging(verbose)
+    from pipelines.live_groups import check_not_running
     from pipelines.preflight import UserError, check_port_free
     from pipelines.resolve import EXAMPLE_PIPELINES, PIPELINE_ENV, find_project, load_pipeline
     from pipelines.steps import resolve_lake
@@ -73,6 +74,8 @@ def ui(
             with cluster(bootstrap, console, phases) as (servers, embedded):
                 if load_data_:
                     if not embedded:
+                        for pipeline in pipelines:  # before asking: refused if any is running
+                            check_not_running(pipeline, servers)
                         confirm_deletion("ui", "--load", _doomed(pipelines, root, servers), yes)
                     _reset_and_load(pipelines, root, servers, limit, console, phases)
                     locks.close()  # the UI's runs write the lake from now on

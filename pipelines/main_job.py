@@ -262,6 +262,8 @@ def run_main_job(
     stopped as soon as it is up (a JVM still starting ends with this process).
 
     Raises:
+        PipelineRunning: from :func:`reset_pipeline`, before anything is deleted: a speed layer
+            of the pipeline is still running.
         TimeoutError, SpeedLayerFailed: from :func:`run_speed`; any error of the Spark
         start-up or of the batch or serving phases.
     """

@@ -126,23 +126,24 @@ def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
     )
 
 
-def _delete_old_groups(pipeline: Pipeline, bootstrap: str) -> None:
-    """Best effort: delete the consumer groups of earlier ``duet run`` s of ``pipeline``."""
+def _delete_old_groups(pipeline: Pipeline, bootstrap: str, groups: Sequence[str]) -> None:
+    """Best effort: delete the consumer groups of earlier ``duet run`` s of ``pipeline`` among
+    ``groups``."""
     from speed_layer.runtime.admin import admin_client
 
-    admin = admin_client(bootstrap)
     prefix = f"{pipeline.run_app_id_prefix}-"
+    runs = [g for g in groups if g.startswith(prefix)]
+    if not runs:
+        return
+    admin = admin_client(bootstrap)  # held while its futures are pending
     try:
-        listed = admin.list_consumer_groups(request_timeout=10).result()
-        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
-        if groups:
-            for fut in admin.delete_consumer_groups(groups, request_timeout=10).values():
-                try:
-                    fut.result()
-                except Exception as exc:  # a group still in use stays
-                    log.debug("consumer group not deleted: %s", exc)
+        for fut in admin.delete_consumer_groups(runs, request_timeout=10).values():
+            try:
+                fut.result(timeout=11)
+            except Exception as exc:  # a group in use again stays
+                log.debug("consumer group not deleted: %s", exc)
     except Exception as exc:
-        log.debug("listing consumer groups failed: %s", exc)
+        log.debug("deleting consumer groups failed: %s", exc)
 
 
 def _remove_lake_entry(path: Path) -> None:
@@ -162,15 +163,22 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     and the state folders of earlier runs' speed layers, but not one a running speed layer
     holds (a ``duet speed --follow --fresh``, another ``duet run``'s speed phase: kept, in one
     warning naming its holder). ``bootstrap=None`` resets the lake only.
+
+    Raises:
+        PipelineRunning: an application of the pipeline is running (its consumer group has
+            active members: :func:`pipelines.live_groups.check_not_running`); nothing deleted.
+        StreamsException: the groups could not be listed or described; nothing deleted.
     """
+    from pipelines.live_groups import check_not_running
     from speed_layer.runtime.admin import delete_topics
 
     lake = Path(lake)
     dlq = (pipeline.dlq_topic,) if pipeline.dlq_topic else ()
     topics = [*pipeline.view_names, *dlq, *(pipeline.input_topics if inputs else ())]
     if bootstrap:
+        groups = check_not_running(pipeline, bootstrap)
         delete_topics(bootstrap, [*topics, *_old_run_topics(pipeline, bootstrap)], timeout_s=60)
-        _delete_old_groups(pipeline, bootstrap)
+        _delete_old_groups(pipeline, bootstrap, groups)
     for topic in (t for t in topics if t in pipeline.archived_topics):
         _remove_lake_entry(lake / "raw" / topic)
     for view in pipeline.view_names:

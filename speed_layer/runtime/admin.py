@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -26,6 +27,9 @@ __all__ = [
     "topic_partitions",
     "end_offsets",
     "admin_client",
+    "ActiveMember",
+    "consumer_groups",
+    "group_members",
 ]
 
 
@@ -231,3 +235,72 @@ def end_offsets(
         }
     finally:
         consumer.close()
+
+
+@dataclass(frozen=True)
+class ActiveMember:
+    """A member of a consumer group as its coordinator describes it: the group, the member's
+    ``client.id`` and the host it connects from (``/127.0.0.1``)."""
+
+    group_id: str
+    client_id: str
+    host: str
+
+
+def _group_timeout(timeout_s: float) -> TaskTimeout:
+    """``timeout_s`` seconds in all, 100 ms between retries, 10 s per request."""
+    return TaskTimeout(task_timeout_ms=int(timeout_s * 1000), retry_backoff_ms=100, max_block_ms=10_000)
+
+
+def consumer_groups(bootstrap: str, timeout_s: float = 30) -> list[str]:
+    """The ids of the consumer groups on the cluster, sorted (``list_consumer_groups``);
+    retriable errors are retried for ``timeout_s`` seconds (as :func:`ensure_topics`).
+
+    Raises:
+        TaskTimeoutException: no answer within ``timeout_s``.
+        StreamsException: a non-retriable error (e.g. not authorized to list groups).
+    """
+    admin = admin_client(bootstrap)
+
+    def attempt(request_s: float) -> list[str]:
+        try:
+            listed = admin.list_consumer_groups(request_timeout=request_s).result(timeout=request_s + 1)
+        except FutureTimeout:
+            raise NotYet("no answer") from None
+        return sorted(g.group_id for g in listed.valid)
+
+    return retry_broker_call("listing the consumer groups", attempt, _group_timeout(timeout_s), hint="check the brokers")
+
+
+def group_members(bootstrap: str, group_ids: Iterable[str], timeout_s: float = 30) -> list[ActiveMember]:
+    """The members of the consumer groups ``group_ids`` (``describe_consumer_groups``: the
+    group coordinator's view), sorted by group and client id; a group that does not exist
+    has none. Kafka's ``kafka-streams-application-reset`` refuses while its group has one.
+    Retriable errors (a coordinator loading or moving) are retried for ``timeout_s`` seconds.
+
+    Raises:
+        TaskTimeoutException: no answer within ``timeout_s``.
+        StreamsException: a non-retriable error describing a group.
+    """
+    ids = list(dict.fromkeys(group_ids))
+    if not ids:
+        return []
+    admin = admin_client(bootstrap)
+
+    def attempt(request_s: float) -> list[ActiveMember]:
+        found = []
+        for group_id, fut in admin.describe_consumer_groups(ids, request_timeout=request_s).items():
+            try:
+                description = fut.result(timeout=request_s + 1)
+            except FutureTimeout:
+                raise NotYet(f"no answer for group {group_id}") from None
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    continue
+                raise
+            found.extend(ActiveMember(group_id, m.client_id, m.host) for m in description.members)
+        return sorted(found, key=lambda m: (m.group_id, m.client_id))
+
+    return retry_broker_call(f"describing the consumer groups {ids}", attempt, _group_timeout(timeout_s),
+                             hint="check the brokers")

@@ -264,19 +264,15 @@ def reset_application(
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from .admin import delete_topics
+    from .admin import delete_topics, group_members
     from .task_timeout import ListOffsets
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        desc = admin.describe_consumer_groups([application_id], request_timeout=timeout_s)[application_id].result(timeout=timeout_s)
-        if desc.members:
-            raise StreamsException(
-                f"Consumer group {application_id} has {len(desc.members)} active member(s): stop every instance before resetting the application"
-            )
-    except KafkaException as exc:  # group unknown: nothing to check
-        if "GROUP_ID_NOT_FOUND" not in str(exc):
-            raise StreamsException(f"cannot describe group {application_id}: {exc}") from exc
+    members = group_members(bootstrap, [application_id], timeout_s)
+    if members:
+        raise StreamsException(
+            f"Consumer group {application_id} has {len(members)} active member(s): stop every instance before resetting the application"
+        )
     md = admin.list_topics(timeout=timeout_s)
     prefix = f"{application_id}-"
     internal = sorted(t for t in md.topics if t.startswith(prefix) and matches_internal_topic_format(t))

@@ -13,7 +13,11 @@ in tumbling minutes, 1 h grace, through a repartition topic; 1 ms a click). In o
    passes it under 10^9; once caught up the check, run in a job, passes under 100;
 3. ``reset_pipeline`` of another run keeps the state folder the service holds (and says so)
    and deletes a finished run's;
-4. SIGTERM: the service closes the streams and the server and prints one line, exit 0.
+4. with the broker, a reset is refused while the service runs (as Kafka's application reset
+   tool: its consumer group is still active), by ``reset_pipeline``, ``duet run`` and ``duet ui
+   --load`` alike, naming the group and its member, and deletes nothing;
+5. SIGTERM: the service closes the streams and the server and prints one line, exit 0; then
+   the reset deletes the topics.
 
 In this process: ``serve_speed`` with a live ``feed`` (as ``duet speed`` on an embedded
 broker) stopped by its ``stop`` event; an address in use is one line (``UserError``).
@@ -270,6 +274,58 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
           lambda: _count(service.url, f"{service.prefix}-per_user", "u0") == service.clicks_of(0), timeout_s=60)
 
 
+def _topics(service: Service) -> dict[str, int | None]:
+    """The partitions of the service's source and view topics (None: no such topic)."""
+    from speed_layer.runtime.admin import topic_partitions
+
+    return {t: topic_partitions(service.bootstrap, t) for t in (*service.pipeline.input_topics, *service.pipeline.view_names)}
+
+
+def test_a_reset_is_refused_while_the_service_runs(service: Service, tmp_path: Path) -> None:
+    """``reset_pipeline`` with the broker fails naming the service's consumer group and its
+    member (client id, host) and deletes nothing: no topic, no lake table, no state; ``duet
+    run`` and ``duet ui --load`` on the pipeline exit 2 with that one line."""
+    import subprocess
+    import sys
+
+    from pipelines.live_groups import PipelineRunning
+    from pipelines.steps import reset_pipeline
+    from speed_service_kit import HERE
+
+    app_id = httpx.get(f"{service.url}/health", timeout=10).json()["application_id"]
+    before = _topics(service)
+    assert all(before.values()), before
+    lake = tmp_path / "lake" / service.pipeline.name
+    (lake / "views").mkdir(parents=True)
+    (lake / "views" / "_batch.json").write_text("{}")
+    with pytest.raises(PipelineRunning) as refused:
+        reset_pipeline(service.pipeline, service.bootstrap, lake)
+    message = str(refused.value)
+    assert f"consumer group {app_id} is still active (1 member(s): {app_id}-" in message, message
+    member = f"-StreamThread-1-consumer@{service.url.removeprefix('http://')} on 127.0.0.1)"  # client id on host
+    assert member in message and message.endswith("nothing was deleted"), message
+    assert _topics(service) == before and (lake / "views" / "_batch.json").exists()
+    assert (service.state / app_id / ".lock").exists()
+
+    (tmp_path / "svc_ref.py").write_text("from speed_service_kit import tiny_pipeline\n"
+                                         f"pipeline = tiny_pipeline({service.prefix!r}, {service.pipeline.name!r})\n")
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": service.bootstrap, "COLUMNS": "400",
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DUET_PIPELINE", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for args in (["run", "--no-load"], ["ui", "--load", "--yes", "--port", str(port)]):
+        res = subprocess.run([sys.executable, "-m", "pipelines.cli", *args, "--pipeline", "svc_ref:pipeline",
+                              "--lake", str(tmp_path / "lake")], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        (line,) = res.stderr.strip().splitlines()
+        assert line.startswith(f"duet {args[0]}: cannot reset pipeline {service.pipeline.name!r}") \
+            and f"consumer group {app_id} is still active" in line, line
+    assert _topics(service) == before and (lake / "views" / "_batch.json").exists()
+
+
 def test_sigterm_stops_the_service_with_one_line(service: Service) -> None:
     service.proc.send_signal(signal.SIGTERM)
     out, _ = service.proc.communicate(timeout=90)
@@ -280,6 +336,14 @@ def test_sigterm_stops_the_service_with_one_line(service: Service) -> None:
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{service.url}/health", timeout=5)
     assert "Traceback" not in (service.state.parent / "speed-service.log").read_text()
+
+
+def test_once_the_service_stopped_the_reset_deletes_its_topics(service: Service, tmp_path: Path) -> None:
+    from pipelines.steps import reset_pipeline
+
+    assert service.proc.poll() is not None, "the service still runs"
+    reset_pipeline(service.pipeline, service.bootstrap, tmp_path / "lake")
+    assert set(_topics(service).values()) == {None}
 
 
 def test_serve_speed_runs_a_feed_and_stops_on_its_event(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -351,3 +415,4 @@ def test_a_service_that_does_not_answer_fails_the_check(monkeypatch: pytest.Monk
     assert f"127.0.0.1:{port}" in obs.metadata["error"].value
     assert not check.passed and check.description.startswith("the speed layer is UNREACHABLE")
     assert result.cursor == '{"last_seen": 1000.0}'
+
