@@ -154,10 +154,12 @@ def load(
 ) -> None:
     """Produce the pipeline's sample data into Kafka: its tables, then its events in arrival
     order. --scale N (alias --years N): N copies of it (the flights: N years from 2013, keys
-    of their own), generated as they are produced; --limit N cuts each copy.
+    of their own), generated as they are produced; --limit N cuts each copy; the Dagster
+    partitions then cover the N years (recorded in the pipeline's lake folder).
     Appends: loading twice produces every record twice. Holds the pipeline's lake lock while
     it loads (`duet run` resets these topics), though it writes no table."""
     setup_logging(verbose)
+    from pipelines.loaded import record_loaded
     from pipelines.steps import load_data
 
     console = make_console()
@@ -172,6 +174,8 @@ def load(
                 cluster(bootstrap, console, phases) as (servers, embedded):
             if embedded:
                 console.print("[yellow]note[/]: the embedded broker is stopped when this command ends")
+            else:  # the Dagster partitions cover the copies loaded
+                record_loaded(pipeline_lake, scale)
             with reporter(console) as rep:
                 counts = load_data(pipeline, servers, limit, rep, scale=scale)
     console.print(", ".join(f"{t}: {n:,}" for t, n in counts.items()))

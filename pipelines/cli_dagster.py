@@ -35,6 +35,12 @@ def ui(
         Optional[int], typer.Option("--limit", min=1, help="With --load: load only the first N events of the "
                                     "sample data (default: all).")
     ] = None,
+    scale: Annotated[
+        int, typer.Option("--scale", "--years", min=1, metavar="N",
+                          help="With --load: load N copies of the sample data (the flights: N years from 2013, "
+                          "the daily partitions then cover them; the pipeline's `sample_copy`); --limit cuts each "
+                          "copy.")
+    ] = 1,
     yes: YesOpt = False,
     host: Annotated[str, typer.Option("--host", help="Interface the Dagster UI binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port of the Dagster UI.")] = 3000,
@@ -55,15 +61,19 @@ def ui(
     phases = Phases("ui", console, first="start")
     with interrupts("ui", lambda: _ui_kept(phases)):
         with user_errors("ui", verbose):
-            if limit is not None and not load_data_:
-                raise UserError("--limit limits the sample data that --load loads: add --load (which deletes the "
-                                "topics and the lake tables first) or drop --limit")
+            for flag, what, given in (("--limit", "limits", limit is not None), ("--years", "scales", scale > 1)):
+                if given and not load_data_:
+                    raise UserError(f"{flag} {what} the sample data that --load loads: add --load (which deletes the "
+                                    f"topics and the lake tables first) or drop {flag}")
             check_port_free(host, port)
             project = find_project()
             chosen = pipeline_ref or os.environ.get(PIPELINE_ENV, "").strip() or (project.pipeline if project else None)
             refs = [chosen] if chosen else list(EXAMPLE_PIPELINES)
             search = project.root if project else None
             pipelines = [load_pipeline(r, search) for r in refs]
+            if scale > 1:
+                for pipeline in pipelines:  # fails at once, before a broker starts
+                    pipeline.require_sample_copy()
             root = resolve_lake(lake, project.lake if project else None)
         external = external_bootstrap(bootstrap)
         with user_errors("ui", verbose), contextlib.ExitStack() as locks:
@@ -77,7 +87,7 @@ def ui(
                         for pipeline in pipelines:  # before asking: refused if any is running
                             check_not_running(pipeline, servers)
                         confirm_deletion("ui", "--load", _doomed(pipelines, root, servers), yes)
-                    _reset_and_load(pipelines, root, servers, limit, console, phases)
+                    _reset_and_load(pipelines, root, servers, limit, scale, console, phases)
                     locks.close()  # the UI's runs write the lake from now on
                 else:
                     _say_how_to_fill(pipelines, root, embedded, console)
@@ -115,9 +125,11 @@ def _existing_topics(pipeline: Any, servers: str) -> list[str]:
     return named + ([f"{internal} internal topics of earlier runs"] if internal else [])
 
 
-def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int | None, console: Any,
+def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int | None, scale: int, console: Any,
                     phases: Phases) -> None:
-    """``duet ui --load``: reset each pipeline's topics and lake tables, load its sample data."""
+    """``duet ui --load``: reset each pipeline's topics and lake tables, load ``scale`` copies
+    of its sample data (recorded for the partitions, :mod:`pipelines.loaded`)."""
+    from pipelines.loaded import record_loaded
     from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline
 
     for pipeline in pipelines:
@@ -126,8 +138,9 @@ def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int |
             reset_pipeline(pipeline, servers, pipeline.lake(root))
         if pipeline.sample is not None:
             phases.enter("load")
+            record_loaded(pipeline.lake(root), scale)
             with reporter(console) as rep:
-                counts = load_data(pipeline, servers, limit, rep)
+                counts = load_data(pipeline, servers, limit, rep, scale=scale)
             console.print(f"{pipeline.name}: loaded " + ", ".join(f"{t}: {n:,}" for t, n in counts.items()))
         ensure_pipeline_topics(pipeline, servers)
 
@@ -225,12 +238,14 @@ def backfill(
 
     from pipelines.dagster import partitions_def, view_asset_key
     from pipelines.dagster_client import DagsterClient
+    from pipelines.loaded import loaded_pipeline
     from pipelines.preflight import UserError
 
     console = make_console()
     launched: dict[str, str] = {}
     with interrupts("backfill", lambda: _backfill_kept(launched, url)), user_errors("backfill"):
-        pipeline, _ = pipeline_and_lake(pipeline_ref, None)
+        declared, folder = pipeline_and_lake(pipeline_ref, None)
+        pipeline = loaded_pipeline(declared, folder.parent)  # the UI's partitions: the years loaded
         keys = partitions_def(pipeline).get_partition_keys()
         if not keys:
             raise UserError(f"pipeline {pipeline.name!r} has no daily partition yet (its partitions start "

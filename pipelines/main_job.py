@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipelines.loaded import record_loaded
 from pipelines.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats, produce_tables, replay_events
@@ -278,6 +279,8 @@ def run_main_job(
         ensure_pipeline_topics(pipeline, bootstrap)
 
     feed = None
+    if load:
+        record_loaded(lake, options.scale)  # the Dagster partitions cover the copies loaded
     if load and options.backlog:
         with timer.phase("load"):
             load_data(pipeline, bootstrap, options.limit, rep, scale=options.scale)

@@ -192,11 +192,32 @@ class Partitioning(_Declared):
         start: the first day.
         end: the day after the last one, or ``None`` for "up to now".
         schedule: the recompute schedule's cron expression (UTC), default hourly.
+        copy_years: calendar years between one copy of the sample data and the next
+            (``sample_copy``, ``duet load --years N``); the partitions of N copies end
+            ``(N - 1) * copy_years`` years after ``end`` (:meth:`for_copies`). 0: every copy
+            falls on the sample's days.
     """
 
     start: date
     end: date | None = None
     schedule: str = "0 * * * *"
+    copy_years: int = Field(0, ge=0)
+
+    def for_copies(self, copies: int) -> Partitioning:
+        """These partitions stretched over ``copies`` copies of the sample data (itself for
+        one copy, ``copy_years`` 0 or no ``end``).
+
+        >>> Partitioning(start=date(2013, 1, 1), end=date(2014, 1, 1), copy_years=1).for_copies(3).end
+        datetime.date(2016, 1, 1)
+        """
+        if copies <= 1 or not self.copy_years or self.end is None:
+            return self
+        year = self.end.year + (copies - 1) * self.copy_years
+        try:
+            end = self.end.replace(year=year)
+        except ValueError:  # 29 February in a year without one
+            end = date(year, 3, 1)
+        return self.model_copy(update={"end": end})
 
     @model_validator(mode="after")
     def _order(self) -> Partitioning:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.loaded import LOADED_FILE
 from pipelines.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter
 from pipelines.replay import ReplayStats
@@ -159,7 +160,8 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     Deletes the view output topics, the dead-letter topic, the internal topics and groups of
     earlier ``duet-<name>-run-*`` runs and, with ``inputs``, the input topics; removes this
     pipeline's tables from the lake (``raw/<topic>`` of the deleted topics, ``views/<view>``,
-    ``views/_batch.json``, ``serving/<view>``, ``serving/_views.json``, ``quality/<view>.json``)
+    ``views/_batch.json``, ``serving/<view>``, ``serving/_views.json``, ``quality/<view>.json``,
+    and, when it deletes the input topics, the record of :mod:`pipelines.loaded`)
     and the state folders of earlier runs' speed layers, but not one a running speed layer
     holds (a ``duet speed --follow --fresh``, another ``duet run``'s speed phase: kept, in one
     warning naming its holder). ``bootstrap=None`` resets the lake only.
@@ -187,6 +189,8 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
         _remove_lake_entry(lake / "quality" / f"{view}.json")
     _remove_lake_entry(lake / "views" / "_batch.json")
     _remove_lake_entry(lake / "serving" / "_views.json")
+    if bootstrap and inputs:  # the input topics are gone, and the copies of the sample data they held
+        _remove_lake_entry(lake / LOADED_FILE)
     _remove_old_state(pipeline)
 
 

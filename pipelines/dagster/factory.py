@@ -8,9 +8,10 @@ import dagster as dg
 
 from pipelines.dagster.assets import pipeline_assets
 from pipelines.dagster.checks import speed_lag_check, view_checks
-from pipelines.dagster.resources import default_resources
+from pipelines.dagster.resources import LakeResource, default_resources
 from pipelines.dagster.schedules import recompute_job, recompute_schedule
 from pipelines.dagster.sensors import new_kafka_data, speed_layer_lag
+from pipelines.loaded import loaded_pipeline
 from pipelines.pipeline import Pipeline, PipelineError
 
 if TYPE_CHECKING:
@@ -28,6 +29,12 @@ def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -
     defaults of the same key, see :func:`pipelines.dagster.resources.default_resources`);
     ``in_process_executor`` (one JVM per run).
 
+    The daily partitions cover the data loaded: the declared ones stretched over the copies
+    of the sample data that ``duet load --years N`` (or ``duet run``, ``duet ui --load``)
+    recorded in the pipeline's folder of the ``lake`` resource's root
+    (:func:`pipelines.loaded.loaded_pipeline`), read when the definitions are built: reload
+    the code location after loading more years into a running UI.
+
     Raises:
         PipelineError: no pipeline, or two pipelines with the same name.
     """
@@ -42,6 +49,10 @@ def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -
     jobs: list[UnresolvedAssetJobDefinition] = []
     schedules: list[dg.ScheduleDefinition] = []
     sensors: list[dg.SensorDefinition] = []
+    every = {**default_resources(), **(resources or {})}
+    lake = every["lake"]
+    if isinstance(lake, LakeResource):
+        pipelines = tuple(loaded_pipeline(p, lake.root()) for p in pipelines)
     for p in pipelines:
         job = recompute_job(p)
         assets.extend(pipeline_assets(p))
@@ -55,6 +66,6 @@ def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,
-        resources={**default_resources(), **(resources or {})},
+        resources=every,
         executor=dg.in_process_executor,
     )

@@ -36,7 +36,10 @@ day and why the day is materialized.
 The days come from the declaration (:class:`pipelines.pipeline.Partitioning`): UTC days from
 ``start`` to ``end`` (exclusive), or open-ended when ``end`` is ``None``: a partition per day
 up to and including today (``end_offset=1``: live data lands on today, which is a partition
-from its first record, materialized again as more of the day arrives).
+from its first record, materialized again as more of the day arrives). When N copies of the
+sample data were loaded (``duet load --years N``: the flights of 2013 .. 2013 + N - 1), the
+definitions stretch ``end`` over them (``Partitioning.copy_years``, :mod:`pipelines.loaded`):
+the partitions are the days of the data loaded.
 """
 
 from __future__ import annotations

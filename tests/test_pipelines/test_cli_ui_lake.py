@@ -62,12 +62,22 @@ def test_load_without_a_terminal_needs_yes(tiny_lake: Path) -> None:
     assert snapshot(tiny_lake) == before
 
 
-def test_limit_without_load_is_a_mistake(tiny_lake: Path) -> None:
-    """``duet ui --limit 20000`` used to reset the lake and load 20,000 flights: now it says so."""
-    res = duet("ui", "--pipeline", FLIGHTS, "--lake", str(tiny_lake), "--limit", "20000")
+@pytest.mark.parametrize(("flag", "value", "what"), [("--limit", "20000", "limits"), ("--years", "2", "scales")])
+def test_limit_or_years_without_load_is_a_mistake(tiny_lake: Path, flag: str, value: str, what: str) -> None:
+    """``duet ui --limit 20000`` used to reset the lake and load 20,000 flights: now it says so
+    (and so does ``--years 2``, which --load alone loads)."""
+    res = duet("ui", "--pipeline", FLIGHTS, "--lake", str(tiny_lake), flag, value)
     assert res.returncode == 2, res.stderr
-    assert one_line(res) == ("duet ui: --limit limits the sample data that --load loads: add --load (which deletes "
-                             "the topics and the lake tables first) or drop --limit")
+    assert one_line(res) == (f"duet ui: {flag} {what} the sample data that --load loads: add --load (which deletes "
+                             f"the topics and the lake tables first) or drop {flag}")
+
+
+def test_years_of_a_pipeline_without_copies_is_a_mistake(tiny_lake: Path) -> None:
+    res = duet("ui", "--pipeline", "pipelines.examples.shop:pipeline", "--lake", str(tiny_lake), "--load", "--yes",
+               "--years", "2")
+    assert res.returncode == 2, res.stderr
+    assert one_line(res).startswith("duet ui: pipeline 'shop' declares no sample_copy, so its sample data cannot be "
+                                    "scaled"), res.stderr
 
 
 def test_the_question_names_what_goes_and_no_keeps_it(tiny_lake: Path) -> None:

@@ -319,3 +319,99 @@ def test_a_transaction_marker_is_no_new_record(kafka_bootstrap: str, unique_name
     assert new.total == 0 and sum(sum(e.values()) for e in new.ends.values()) > 3  # the markers' offsets
     req = recompute_request(p, new, partition_keys(p), trigger="t", run_key=None)
     assert isinstance(req, dg.SkipReason) and req.skip_message == f"no new records in {topic}"
+
+
+# ------------------------------------------------------------------ partitions over the years loaded
+def _partitions_of(defs: dg.Definitions, p: Pipeline = flights) -> dg.DailyPartitionsDefinition:
+    """The one partitions definition of ``p``'s batch views and its recompute job."""
+    from pipelines.dagster import view_asset_key
+
+    found = {defs.resolve_assets_def(view_asset_key(p, v)).partitions_def for v in p.view_names}
+    found.add(defs.resolve_job_def(f"{p.name}_recompute").partitions_def)
+    (one,) = found
+    assert isinstance(one, dg.DailyPartitionsDefinition)
+    return one
+
+
+def test_the_partitions_cover_the_years_recorded_in_the_lake(tmp_path: Path) -> None:
+    """Real definitions on a lake whose flights folder records N copies (``duet load --years
+    N``): daily partitions from 2013-01-01 to the end of year 2013 + N - 1; none recorded,
+    or one copy: 2013 alone. The record keeps the most copies loaded since the reset."""
+    from pipelines.dagster import LakeResource, definitions
+    from pipelines.loaded import LOADED_FILE, loaded_copies, record_loaded
+
+    root = tmp_path / "lake"
+
+    def partitions() -> dg.DailyPartitionsDefinition:
+        return _partitions_of(definitions(flights, resources={"lake": LakeResource(path=str(root))}))
+
+    assert partitions().get_partition_keys() == KEYS  # nothing loaded: the declared year
+    assert record_loaded(flights.lake(root), 1) == 1 and partitions().get_partition_keys() == KEYS
+    assert record_loaded(flights.lake(root), 3) == 3
+    assert record_loaded(flights.lake(root), 2) == 3  # loading appends: the three years are still there
+    three = partitions()
+    assert (three.start.date(), three.end.date()) == (dt.date(2013, 1, 1), dt.date(2016, 1, 1))  # type: ignore[union-attr]
+    keys = three.get_partition_keys()
+    assert (keys[0], keys[-1], len(keys)) == ("2013-01-01", "2015-12-31", 3 * 365)
+    (flights.lake(root) / LOADED_FILE).write_text("not json")
+    assert loaded_copies(flights.lake(root)) == 1 and partitions().get_partition_keys() == KEYS
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(600)
+def test_two_years_loaded_are_two_years_of_partitions(kafka_bootstrap: str, instance: dg.DagsterInstance,
+                                                      tmp_path: Path) -> None:
+    """``duet load --years 2 --limit 2000`` (the first 2,000 flights of 2013 and of 2014)
+    records two copies; the definitions built on that lake have 730 daily partitions, and the
+    sensor, on the records in Kafka, asks for a run of the days of 2014 the flights fall on
+    (the last block), naming the days of 2013 as touched: every day loaded is a partition.
+    ``duet ui --load --years 2`` resets and records its two copies too; a reset of the input
+    topics forgets the record."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from pipelines.dagster import KafkaResource, LakeResource, definitions
+    from pipelines.loaded import loaded_copies
+    from pipelines.steps import reset_pipeline
+
+    root = tmp_path / "lake"
+    reset_pipeline(flights, kafka_bootstrap, flights.lake(root))  # the session broker's flights topics start empty
+    try:
+        res = CliRunner().invoke(app, ["load", "--years", "2", "--limit", "2000", "--bootstrap", kafka_bootstrap,
+                                       "--lake", str(root)])
+        assert res.exit_code == 0, res.output
+        assert loaded_copies(flights.lake(root)) == 2
+        resources = {"kafka": KafkaResource(bootstrap_servers=kafka_bootstrap), "lake": LakeResource(path=str(root))}
+        defs = definitions(flights, resources=resources)
+        keys = _partitions_of(defs).get_partition_keys()
+        assert (keys[0], keys[-1], len(keys)) == ("2013-01-01", "2014-12-31", 730)
+        repo = defs.get_repository_def()
+        with dg.build_sensor_context(instance=instance, resources=resources, repository_def=repo) as ctx:
+            tick = repo.get_sensor_def("flights_new_kafka_data").evaluate_tick(ctx)
+        (req,) = tick.run_requests or pytest.fail(str(tick.skip_message))
+        first, last = (req.partition_key, req.partition_key) if req.partition_key else \
+            (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG])
+        touched = parse_days(req.tags["duet/touched_days"])
+        assert first == "2014-01-01" and last == max(touched) and last.startswith("2014-01-"), req.tags
+        assert {d[:4] for d in touched} == {"2013", "2014"} and set(touched) <= set(keys), touched
+        assert req.tags["duet/new_records"] == str(sum(int(n.replace(",", "")) for n in
+                                                       _counts(res.output).values())), (req.tags, res.output)
+
+        # `duet ui --load --years 2 --limit 500`'s reset and load (before `dagster dev` starts)
+        from pipelines.cli_dagster import _reset_and_load
+        from pipelines.cli_support import Phases, make_console
+        from pipelines.steps import input_record_count
+
+        console = make_console()
+        _reset_and_load([flights], root, kafka_bootstrap, 500, 2, console, Phases("ui", console))
+        assert loaded_copies(flights.lake(root)) == 2
+        assert input_record_count(kafka_bootstrap, ["flights"]) == {"flights": 1000}
+    finally:
+        reset_pipeline(flights, kafka_bootstrap, flights.lake(root))
+    assert loaded_copies(flights.lake(root)) == 1
+
+
+def _counts(output: str) -> dict[str, str]:
+    """``duet load``'s last line ``topic: n, topic: n`` as ``{topic: n}``."""
+    last = [ln for ln in output.strip().splitlines() if ln.strip()][-1]
+    return dict(part.strip().split(": ", 1) for part in last.split(", "))

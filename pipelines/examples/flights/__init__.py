@@ -105,7 +105,8 @@ pipeline = Pipeline(
         View(store="plane_duty_sessions", description="per tailnum, sessions with a 4 h inactivity gap: legs and "
              "total air_time", fields={"legs": (1, None), "air_time": (0, None)}),
     ],
-    partitions=Partitioning(start=date(2013, 1, 1), end=date(2014, 1, 1)),
+    # copy k of the sample (duet load --years N) is year 2013 + k
+    partitions=Partitioning(start=date(2013, 1, 1), end=date(2014, 1, 1), copy_years=1),
     sample=sample,
     sample_copy=sample_copy,
     highlights=busiest_hours,
