@@ -86,7 +86,10 @@ RECOVERY_TIMEOUT_S = 300.0
 _RETIRED_PRODUCERS: list[Producer] = []
 #: how much longer than its own timeout a transactional call may take before it is
 #: considered hung (see :func:`_watchdog`), s
-WATCHDOG_GRACE_S = 30.0
+WATCHDOG_GRACE_S = 10.0
+#: ``transaction.timeout.ms`` when the producer's config has none (Kafka Streams' default
+#: under exactly-once), ms
+DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 
 
 def _watchdog(what: str, call: Callable[[], None], timeout_s: float) -> None:
@@ -116,6 +119,12 @@ def _watchdog(what: str, call: Callable[[], None], timeout_s: float) -> None:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} hung", fatal=True))
     if outcome[0] is not None:
         raise outcome[0]
+
+
+def _hung(err: object) -> bool:
+    """Whether ``err`` is :func:`_watchdog`'s verdict on a transactional call that hung (a
+    fatal ``_TIMED_OUT``; librdkafka's own timeouts are retriable)."""
+    return isinstance(err, KafkaError) and err.fatal() and err.code() == KafkaError._TIMED_OUT
 
 
 def _fatal_producer_error(exc: BaseException) -> KafkaError | None:
@@ -305,6 +314,9 @@ class StreamThread(threading.Thread):
             # repartition records on their way back): librdkafka reports failures only
             pconf.setdefault("delivery.report.only.error", True)
         self.producer = Producer(pconf)
+        #: ``send_offsets_to_transaction``'s timeout, s: the transaction's own timeout, past
+        #: which its coordinator aborts it (and bumps the epoch), so a longer wait cannot commit
+        self._txn_timeout_s = int(pconf.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)) / 1000
         if self.eos:
             deadline = time.monotonic() + self.config.task_timeout_ms / 1000
             while True:
@@ -527,6 +539,14 @@ class StreamThread(threading.Thread):
             StreamsException: the producer had to be replaced and could not be.
         """
         assert self.producer is not None and self.consumer is not None and self.collector is not None
+        err = cause.args[0] if cause.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._MSG_TIMED_OUT:
+            # records timed out while the broker was away: librdkafka 2.16's producer then
+            # needs an epoch bump, its abort was retried for ABORT_TIMEOUT_S and the next
+            # transaction's send_offsets_to_transaction hung (a broker SIGKILLed and
+            # restarted, bench/faults/broker_outage.py); a new producer fences and aborts
+            self._recover_producer(cause)
+            return
         log.warning("%s: the transaction could not commit (%s): aborting it and rewinding to the committed offsets",
                     self.name, cause)
         deadline = time.monotonic() + ABORT_TIMEOUT_S
@@ -562,8 +582,7 @@ class StreamThread(threading.Thread):
         tps = sorted(self.tp_task)
         self._in_txn = False  # the old transaction cannot be aborted: the new producer fences it
         self._close_tasks(list(self.tasks), clean=False)
-        err = _fatal_producer_error(cause)
-        hung = err is not None and err.code() == KafkaError._TIMED_OUT
+        hung = _hung(_fatal_producer_error(cause))
         if old is not None:
             if not hung:  # (a hung producer is left alone: see _watchdog)
                 try:
@@ -728,12 +747,17 @@ class StreamThread(threading.Thread):
             try:
                 producer, metadata = self.producer, self.consumer.consumer_group_metadata()
                 if changed:
-                    positions = self._committable(changed)
+                    positions, txn_s = self._committable(changed), self._txn_timeout_s
                     _watchdog(f"{self.name}: send_offsets_to_transaction",
-                              lambda: producer.send_offsets_to_transaction(positions, metadata, 30), 30)
+                              lambda: producer.send_offsets_to_transaction(positions, metadata, txn_s), txn_s)
                 _watchdog(f"{self.name}: commit_transaction", lambda: producer.commit_transaction(60), 60)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
+                if _hung(err):
+                    # the hung call blocks every other call of this producer (an abort fails
+                    # with _CONFLICT): replace it at once, whatever the failed sends say
+                    self._recover_producer(exc)
+                    return
                 # the send that made the transaction abortable: raised if it may not be
                 # retried (a record error, a fatal one), rather than rewound to fail again
                 self.collector.poll()
