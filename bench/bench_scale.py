@@ -46,6 +46,12 @@ average at the end of its phase (the machine may be shared).
 
 ``--batch-only``: per size the load, the ingest and the batch only, on the cluster with
 ``--spark-cluster`` (not on local[*] then), else on local[*]; the batch ratio is printed.
+``--speed-only``: per size the load and the speed phase only (its process's CPU seconds per
+flight, and the process's garbage collection: seconds in full and in young collections);
+the speed ratio is printed::
+
+    .venv/bin/python bench/bench_scale.py --speed-only --flights 30000 --years 1,10
+
 ``--serving-only LAKE``: the serving measure alone, over a lake already published (``<lake
 root>/<pipeline>``, the folder holding ``serving/``), e.g. by ``duet run``.
 The README's "Scale" section shows the table of a full run.
@@ -109,11 +115,31 @@ def _speed_worker(bootstrap: str, app_id: str, state_dir: str, out: str) -> dict
     from pipelines.examples.flights import pipeline
     from pipelines.steps import run_speed
 
+    gc_s = _time_gc()
     stats = run_speed(pipeline, bootstrap, application_id=app_id, state_dir=Path(state_dir), keep_state=True)
     with open(out, "wb") as fh:
         pickle.dump(stats, fh)
     return {"seconds": stats.seconds, "records_in": stats.records_in, "late": stats.dropped_late,
-            "peak_rss_mb": _peak_mb(), "cpu_s": time.process_time()}
+            "peak_rss_mb": _peak_mb(), "cpu_s": time.process_time(), "gc_young_s": gc_s[0], "gc_full_s": gc_s[1]}
+
+
+def _time_gc() -> list[float]:
+    """``[young, full]``: CPU seconds the garbage collector spends from now on in
+    collections of generations 0-1 and of generation 2 (``gc.callbacks``, the collecting
+    thread's CPU time)."""
+    import gc
+
+    out = [0.0, 0.0]
+    started: list[float] = []
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.thread_time()]
+        elif started:
+            out[1 if info["generation"] == 2 else 0] += time.thread_time() - started[0]
+
+    gc.callbacks.append(timed)
+    return out
 
 
 def _restore_worker(bootstrap: str, app_id: str, state_dir: str) -> dict[str, Any]:
@@ -320,7 +346,8 @@ def _agreement(pipeline: Any, bootstrap: str, lake: Path, speed: Any, records_in
 
 
 def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, cluster_url: str | None,
-              requests: int, unbounded: int, rng: random.Random, batch_only: bool = False) -> dict[str, Any]:
+              requests: int, unbounded: int, rng: random.Random, batch_only: bool = False,
+              speed_only: bool = False) -> dict[str, Any]:
     from pipelines.examples.flights import pipeline
     from pipelines.speed_service import new_application_id
     from pipelines.steps import ingest, load_data, reset_pipeline
@@ -349,7 +376,11 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
     r["load_speed"] = _load()
     say(f"speed: {r['flights']:,} flights in {s['seconds']:.1f} s = {r['speed_fps']:,.0f} flights/s "
         f"({s['records_in'] / s['seconds']:,.0f} input records/s), {s['late']:,} late, peak RSS "
-        f"{s['peak_rss_mb']:,.0f} MB, process CPU {s['cpu_s']:.1f} s ({r['cpu_ms']:.3f} ms per flight)")
+        f"{s['peak_rss_mb']:,.0f} MB, process CPU {s['cpu_s']:.1f} s ({r['cpu_ms']:.3f} ms per flight; garbage "
+        f"collection {s['gc_full_s']:.1f} s full, {s['gc_young_s']:.1f} s young)")
+    if speed_only:
+        shutil.rmtree(state / app_id, ignore_errors=True)
+        return r
     with open(stats_file, "rb") as fh:
         speed = pickle.load(fh)
 
@@ -517,6 +548,7 @@ def main() -> None:
                     help="load, ingest and the batch only (on the cluster with --spark-cluster, else local[*])")
     ap.add_argument("--serving-only", default=None, metavar="LAKE",
                     help="only the serving measure, over this published lake (the folder holding serving/)")
+    ap.add_argument("--speed-only", action="store_true", help="load and the speed phase only")
     ap.add_argument("--bootstrap", default=None, help="an external broker (default: an embedded one)")
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -555,11 +587,11 @@ def main() -> None:
             for years in sizes:
                 try:
                     rows.append(_one_size(years, a.flights, bootstrap, work, cluster.url if cluster else None,
-                                          a.requests, a.unbounded, rng, a.batch_only))
+                                          a.requests, a.unbounded, rng, a.batch_only, a.speed_only))
                 except Exception as exc:  # noqa: BLE001 - report the sizes finished
                     print(f"  {years:2d} y FAILED: {type(exc).__name__}: {exc}", flush=True)
                     break
-                if a.batch_only:
+                if a.batch_only or a.speed_only:
                     continue
                 # the table so far: a run stopped early still leaves the sizes it finished
                 print(f"\nbench_scale at {commit or '?'}, {a.flights or 'all'} flights per year, load average "
@@ -579,6 +611,15 @@ def main() -> None:
             ratio = rows[-1]["batch_s"] / rows[0]["batch_s"]
             print(f"batch {rows[-1]['years']} y / {rows[0]['years']} y: {ratio:.2f}x (target <= {TARGET_BATCH_RATIO:g}): "
                   f"{'met' if ratio <= TARGET_BATCH_RATIO else 'NOT met'}")
+    elif a.speed_only:
+        for r in rows:
+            print(f"{r['years']:2d} y, {r['flights']:,} flights: {r['speed_fps']:,.0f} flights/s, CPU {r['cpu_ms']:.3f} ms "
+                  f"per flight, peak RSS {r['rss_mb']:,.0f} MB (load {r['load_speed']:.2f})")
+        if len(rows) > 1:
+            small, big = rows[0], rows[-1]
+            ratio = big["speed_fps"] / small["speed_fps"]
+            print(f"speed flights/s {big['years']} y / {small['years']} y: {ratio:.2f}x (target >= {TARGET_SPEED_RATIO}): "
+                  f"{'met' if ratio >= TARGET_SPEED_RATIO else 'NOT met'}; CPU per flight {big['cpu_ms'] / small['cpu_ms']:.2f}x")
     elif rows:
         _ratios(rows, cluster is not None)
 
