@@ -35,8 +35,11 @@ def loaded_copies(folder: Path) -> int:
 def record_loaded(folder: Path, copies: int) -> int:
     """Record that the topics of the pipeline whose lake folder is ``folder`` hold copies
     ``0 .. copies-1`` of its sample data (the larger of ``copies`` and the record's, written
-    atomically); returns the copies recorded."""
+    atomically); returns the copies recorded. One copy and no record: nothing is written (no
+    record means one copy), so a plain ``duet load`` leaves the lake as it found it."""
     copies = max(copies, loaded_copies(folder))
+    if copies <= 1 and not (folder / LOADED_FILE).exists():
+        return 1
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{LOADED_FILE}.{os.getpid()}"
     tmp.write_text(json.dumps({"copies": copies}) + "\n")

@@ -347,6 +347,7 @@ def test_the_partitions_cover_the_years_recorded_in_the_lake(tmp_path: Path) -> 
 
     assert partitions().get_partition_keys() == KEYS  # nothing loaded: the declared year
     assert record_loaded(flights.lake(root), 1) == 1 and partitions().get_partition_keys() == KEYS
+    assert not flights.lake(root).exists()  # one copy is no record: a plain load leaves the lake alone
     assert record_loaded(flights.lake(root), 3) == 3
     assert record_loaded(flights.lake(root), 2) == 3  # loading appends: the three years are still there
     three = partitions()
