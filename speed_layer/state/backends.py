@@ -8,9 +8,12 @@ from __future__ import annotations
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from sortedcontainers import SortedDict
+
+if TYPE_CHECKING:
+    from rocksdict import Rdict
 
 
 class BytesStore(ABC):
@@ -79,17 +82,9 @@ class RocksDBBytesStore(BytesStore):
     """
 
     def __init__(self, name: str, directory: Path) -> None:
-        from rocksdict import Options, Rdict, WriteOptions
-
         self.name = name
         self.path = Path(directory) / "rocksdb" / name
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        self._db = Rdict(str(self.path), opts)
-        wo = WriteOptions()
-        wo.disable_wal = True
-        self._db.set_write_options(wo)
+        self._db = open_rdict(self.path)
         self._closed = False
 
     @property
@@ -140,3 +135,18 @@ class RocksDBBytesStore(BytesStore):
         """Close and delete the files (used when the local state is wiped)."""
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def open_rdict(path: Path) -> "Rdict":
+    """A rocksdict database in raw (bytes) mode at ``path``, created if missing, with the
+    write-ahead log off: durability comes from the changelog topic, as in Kafka Streams."""
+    from rocksdict import Options, Rdict, WriteOptions
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    db = Rdict(str(path), opts)
+    wo = WriteOptions()
+    wo.disable_wal = True
+    db.set_write_options(wo)
+    return db

@@ -10,6 +10,7 @@ from ..graph.nodes import StoreSpec
 from ..serde import Serde
 from .backends import BytesStore, InMemoryBytesStore, RocksDBBytesStore
 from .keys import ORDERED_KEY, PICKLE
+from .segments import InMemorySegmentedBytesStore, RocksDBSegmentedBytesStore, SegmentedBytesStore, default_segment_interval
 from .stores import KeyValueStore, Logger, SessionStore, VersionedKeyValueStore, WindowStore
 
 
@@ -59,21 +60,39 @@ AnyStore = KeyValueStore | WindowStore | SessionStore | VersionedKeyValueStore
 
 def build_store(spec: StoreSpec, task_dir: Path | None, logger: Logger | None, cache_max_entries: int = 10_000) -> AnyStore:
     """Instantiate ``spec`` for one task: RocksDB under ``<task_dir>/rocksdb/<name>``
-    unless in-memory or ``task_dir`` is None; ``logger`` receives changelog writes."""
-    backend: BytesStore
-    if spec.in_memory or task_dir is None:
-        backend = InMemoryBytesStore(spec.name)
-    else:
-        backend = RocksDBBytesStore(spec.name, task_dir)
+    unless in-memory or ``task_dir`` is None; ``logger`` receives changelog writes. Window
+    and session stores sit on a segmented bytes store, which drops their expired data by
+    segments of Kafka's ``max(retention / 2, 60 s)`` (:mod:`.segments`).
+
+    Raises:
+        ValueError: an unknown store kind.
+    """
+    in_memory = spec.in_memory or task_dir is None
     ks = spec.key_serde or ORDERED_KEY
     vs = spec.value_serde or PICKLE
     log = logger if spec.logging else None
+    if spec.kind in ("window", "session"):
+        retention = spec.retention_ms or 0
+        # the time a key ends with: window start (+ sequence number), or session end + start
+        offset = 16 if spec.kind == "session" else 12 if spec.retain_duplicates else 8
+        interval = default_segment_interval(retention)
+        segmented: SegmentedBytesStore
+        if in_memory:
+            segmented = InMemorySegmentedBytesStore(spec.name, retention, interval, offset)
+        else:
+            assert task_dir is not None
+            segmented = RocksDBSegmentedBytesStore(spec.name, task_dir, retention, interval, offset)
+        store: WindowStore | SessionStore
+        if spec.kind == "window":
+            store = WindowStore(spec.name, segmented, ks, vs, window_size_ms=spec.window_size_ms or 0, retention_ms=retention, retain_duplicates=spec.retain_duplicates, caching=spec.caching, logger=log, cache_max_entries=cache_max_entries)
+        else:
+            store = SessionStore(spec.name, segmented, ks, vs, retention_ms=retention, logger=log, caching=spec.caching, cache_max_entries=cache_max_entries)
+        if store.cache is not None:
+            segmented.keep_if = store.cache.is_clean  # clean cache entries stay readable once expired
+        return store
+    backend: BytesStore = InMemoryBytesStore(spec.name) if in_memory else RocksDBBytesStore(spec.name, task_dir)  # type: ignore[arg-type]
     if spec.kind in ("key_value", "timestamped_key_value"):
         return KeyValueStore(spec.name, backend, ks, vs, timestamped=spec.kind == "timestamped_key_value", caching=spec.caching, logger=log, cache_max_entries=cache_max_entries)
-    if spec.kind == "window":
-        return WindowStore(spec.name, backend, ks, vs, window_size_ms=spec.window_size_ms or 0, retention_ms=spec.retention_ms or 0, retain_duplicates=spec.retain_duplicates, caching=spec.caching, logger=log, cache_max_entries=cache_max_entries)
-    if spec.kind == "session":
-        return SessionStore(spec.name, backend, ks, vs, retention_ms=spec.retention_ms or 0, logger=log, caching=spec.caching, cache_max_entries=cache_max_entries)
     if spec.kind == "versioned":
         return VersionedKeyValueStore(spec.name, backend, ks, vs, history_ms=spec.history_ms or 0, logger=log)
     raise ValueError(f"unknown store kind {spec.kind!r} of store {spec.name}")

@@ -28,7 +28,8 @@ class _Cache:
     holds the same values, so they would change no read.
 
     The value of a clean entry is the one the flush wrote to the bytes store, which keeps it
-    (also when expired: reads there filter by retention, nothing is purged), so ``clean``
+    also when expired (reads there filter by retention; a segmented bytes store, which drops
+    expired segments, keeps the entries ``is_clean`` names readable), so ``clean``
     holds only the flush number of each serialized store key: a read of an unexpired entry
     goes to the bytes store as before, a read of an expired one too when its key is still
     clean. Bytes keys and int values are not tracked by the garbage collector: with the

@@ -71,7 +71,8 @@ class SessionStore(_StoreBase):
         """Put into the bytes store (Kafka's segmented store's put): the session end
         advances the observed stream time; an expired session is dropped, unless
         ``keep_expired`` (a cache flush: a clean cache entry reads its value there; reads
-        filter by retention, so nothing else sees it)."""
+        filter by retention, so nothing else sees it; a segmented bytes store keeps it only
+        while the cache holds it clean, see :mod:`..segments`)."""
         if end > self.observed_stream_time:
             self.observed_stream_time = end
         if self._expired(end) and not keep_expired:

@@ -15,8 +15,9 @@ class WindowStore(_StoreBase):
     """A window store (Kafka's TimestampedWindowStore): values per ``(key, window start)``.
 
     Entries whose window start is ``<= observed stream time - retention`` are expired:
-    the bytes store ignores their puts and its fetches skip them (Kafka's segmented
-    stores). With caching (Kafka's CachingWindowStore) a put is cached even when expired,
+    puts of them are ignored and fetches skip them; ``build_store`` puts the store on a
+    segmented bytes store (:mod:`..segments`), which deletes them by whole segments, as
+    Kafka's segmented stores, so the data kept does not grow with stream time. With caching (Kafka's CachingWindowStore) a put is cached even when expired,
     and a cached window, dirty or clean, is returned by fetches until the cache drops it
     (:class:`~.cache._Cache`). ``retain_duplicates`` keeps every put (stream-stream join
     buffers) with a sequence number; such a store is never cached.
@@ -172,8 +173,10 @@ class WindowStore(_StoreBase):
 
     # -- cache
     def _flush_entry(self, key: Any, start: int, vt: ValueAndTimestamp | None) -> bytes:
-        """Write one dirty window through (also when expired: reads filter by retention),
-        and to the flush listener; returns its serialized store key."""
+        """Write one dirty window through, and to the flush listener; returns its
+        serialized store key. An expired window is written too: reads filter it by
+        retention, and a segmented bytes store skips it or, while the cache holds it clean,
+        keeps it readable (:mod:`..segments`)."""
         kb = self._key_bytes(key) + _Q.pack(start)  # cached stores never retain duplicates
         deleted = vt is None or vt.value is None
         old = self._flush_old(kb, deleted)
