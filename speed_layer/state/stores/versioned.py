@@ -14,7 +14,8 @@ _TOMBSTONE = b"\x00"
 
 class VersionedKeyValueStore(_StoreBase):
     """A versioned key-value store (KIP-889): every version of a key within
-    ``history_ms`` of the observed stream time. ``get(key)`` is the latest value,
+    ``history_ms`` of the observed stream time (older versions are deleted when their key
+    is put again, see :meth:`_drop_unreadable`). ``get(key)`` is the latest value,
     ``get(key, as_of_timestamp)`` the value valid at that time (None if deleted or older
     than the history retention)."""
 
@@ -42,10 +43,26 @@ class VersionedKeyValueStore(_StoreBase):
             return self.PUT_RETURN_CODE_NOT_PUT
         self.observed_stream_time = max(self.observed_stream_time, timestamp)
         kb = self.key_serde.serialize(key) or b""
-        newer = [ts for ts, _ in self._versions(kb) if ts > timestamp]
+        stamps = [ts for ts, _ in self._versions(kb)]
+        newer = [ts for ts in stamps if ts > timestamp]
         vb = _TOMBSTONE if value is None else b"\x01" + (self.value_serde.serialize(value) or b"")
         self._write(kb + _Q.pack(timestamp), vb, timestamp)
+        self._drop_unreadable(kb, stamps)
         return min(newer) if newer else self.PUT_RETURN_CODE_VALID_TO_UNDEFINED
+
+    def _drop_unreadable(self, kb: bytes, stamps: list[int]) -> None:
+        """Delete (and log the deletes of) the versions of ``kb`` no read can return any
+        more: those older than its newest version at or before ``observed stream time -
+        history retention``, which is the version valid at that time (a read as of an
+        earlier time returns None). Kafka's RocksDBVersionedStore drops them by segments;
+        duet per key, when the key is put, so a key's versions stop growing with time."""
+        cutoff = self.observed_stream_time - self.history_ms
+        floor = max((ts for ts in stamps if ts <= cutoff), default=None)
+        if floor is None:
+            return
+        for ts in stamps:
+            if ts < floor:
+                self._write(kb + _Q.pack(ts), None, ts)
 
     def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
         old = self.get(key, timestamp)

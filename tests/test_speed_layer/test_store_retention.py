@@ -4,8 +4,8 @@ answers the same (the stores filter expired data themselves), with and without t
 cache, whose clean entries keep serving windows and sessions of dropped segments; and the
 segmented store holds only the live segments, so a store's data stops growing with the
 stream time. Also: a RocksDB store written by an older duet without segments is moved
-into segments when opened, and the segments are found again after a restart. In-memory
-and RocksDB; about 10 s.
+into segments when opened, and the segments are found again after a restart; and a
+versioned store deletes the versions no read can return. In-memory and RocksDB; about 15 s.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from speed_layer.state.backends import InMemoryBytesStore, RocksDBBytesStore
 from speed_layer.state.factories import build_store
 from speed_layer.state.segments import (InMemorySegmentedBytesStore, RocksDBSegmentedBytesStore, SegmentedBytesStore,
                                         default_segment_interval)
-from speed_layer.state.stores import SessionStore, WindowStore
+from speed_layer.state.stores import SessionStore, VersionedKeyValueStore, WindowStore
 
 STR = Serdes.String()
 LONG = Serdes.Long()
@@ -188,3 +188,33 @@ def test_an_unsegmented_rocksdb_window_store_of_an_older_duet_is_moved_into_segm
     reopened = build_store(spec, tmp_path, None)  # now in the segmented layout: opened as is
     assert reopened.fetch("k", 0, 100 * day) == [(7 * day, 7)] + expected
     reopened.close()
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 40), st.one_of(st.none(), st.integers(0, 9))),
+                    min_size=20, max_size=150))
+def test_versioned_store_drops_versions_no_read_returns(tmp_path_factory: Any, in_memory: bool,
+                                                       ops: list[tuple[str, int, int | None]]) -> None:
+    """Against a store that keeps every version: every read as of any time answers the
+    same, and a key keeps only its versions within the history retention, plus the one
+    valid at its start."""
+    history = 50
+    spec = StoreSpec("v", "versioned", STR, LONG, in_memory=in_memory, history_ms=history)
+    store = build_store(spec, tmp_path_factory.mktemp("v"), None)
+    keep_all = VersionedKeyValueStore("v", InMemoryBytesStore("v"), STR, LONG, history_ms=history)
+    keep_all._drop_unreadable = lambda kb, stamps: None  # type: ignore[method-assign]
+    now = 0
+    for key, step, value in ops:
+        t = now + step if step % 3 else max(now - step, 0)
+        now = max(now, t)
+        assert store.put(key, value, t) == keep_all.put(key, value, t)
+        for k in ("a", "b"):
+            for as_of in [None, *range(max(now - 80, 0), now + 1, 5)]:
+                assert store.get(k, as_of) == keep_all.get(k, as_of)
+    assert list(store.all()) == list(keep_all.all())
+    # the key put last was pruned at that put (the other one at its own last put)
+    cutoff = store.observed_stream_time - history
+    stamps = [ts for ts, _ in store._versions(STR.serialize(ops[-1][0]))]
+    assert sum(1 for ts in stamps if ts <= cutoff) <= 1
+    store.close()
