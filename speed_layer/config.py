@@ -76,6 +76,11 @@ class StreamsConfig(BaseModel):
     #: broker errors (metadata of an output topic during a broker restart...) before
     #: :class:`~speed_layer.errors.TaskTimeoutException` is raised; 0: at the first error
     task_timeout_ms: int = Field(300_000, alias="task.timeout.ms", ge=0)
+    #: Kafka's ``default.api.timeout.ms`` (KIP-266), ms: the longest an at-least-once offset
+    #: commit (Kafka's ``commitSync``) may stay unanswered before it is reported (a warning)
+    #: and its offsets deferred to the next commit (``TaskManager#commit``); closing waits
+    #: at most this long for it (``speed_layer.runtime.offset_commits``)
+    default_api_timeout_ms: int = Field(60_000, alias="default.api.timeout.ms", ge=0)
     #: Kafka's ``retry.backoff.ms``: the wait between two retries of a failed broker call
     #: (also passed to the producer and the consumers, whose librdkafka key is the same)
     retry_backoff_ms: int = Field(100, alias="retry.backoff.ms", ge=0)

@@ -14,9 +14,12 @@ waits for repartition records on their way back live in :mod:`.readiness`); run
 wall-clock punctuations; commit every ``commit.interval.ms`` (ms).
 
 Commit (``TaskManager#commit``): ``task.commit()`` flushes record caches (forwarding their
-updates) and stores; at-least-once then flushes the producer, commits the next offsets to
-read synchronously, and writes the task checkpoints; exactly-once (``exactly_once_v2``,
-KIP-447) sends the offsets to the open transaction and commits it.
+updates) and stores; at-least-once then flushes the producer and commits the next offsets
+to read, one commit in flight at a time, never blocking the thread: the result is picked
+up at the next loop, the task checkpoints are written once it succeeded, and a commit that
+does not return within ``default.api.timeout.ms`` is reported and its offsets deferred
+(:mod:`.offset_commits`); exactly-once (``exactly_once_v2``, KIP-447) sends the offsets to
+the open transaction and commits it.
 
 Assignment (see ``docs/instances.md``): Kafka Streams assigns *tasks* with its own
 assignor, which librdkafka cannot load. duet lets the group assign one partition per task:
@@ -43,8 +46,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from ..errors import StreamsException, TaskCorruptedException
+from .bounded_call import run_bounded
 from .committed_offsets import CommittedOffsetsReader
 from .input_buffers import InputBuffers
+from .offset_commits import InFlightCommit, OffsetCommits
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer
@@ -94,31 +99,20 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 10_000
 
 def _watchdog(what: str, call: Callable[[], None], timeout_s: float) -> None:
     """Run a transactional producer call that takes a timeout, but give up on it when it
-    has not returned ``WATCHDOG_GRACE_S`` after that timeout. librdkafka 2.16 can block
-    forever in ``send_offsets_to_transaction`` after the transaction coordinator timed out
-    (seen in ``bench/faults/broker_outage.py``); the stuck call is left in its daemon
-    thread and the producer is replaced.
+    has not returned ``WATCHDOG_GRACE_S`` after that timeout (:func:`.run_bounded`).
+    librdkafka 2.16 can block forever in ``send_offsets_to_transaction`` after the
+    transaction coordinator timed out (seen in ``bench/faults/broker_outage.py``); the
+    stuck call is left in its daemon thread and the producer is replaced.
 
     Raises:
         KafkaException: the call's own error, or a fatal ``_TIMED_OUT`` when it hung.
     """
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, name=what, daemon=True)
-    worker.start()
-    worker.join(timeout_s + WATCHDOG_GRACE_S)
-    if not outcome:
+    returned, error = run_bounded(what, call, timeout_s + WATCHDOG_GRACE_S)
+    if not returned:
         log.error("%s did not return %.0f s after its %.0f s timeout: replacing the producer", what, WATCHDOG_GRACE_S, timeout_s)
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} hung", fatal=True))
-    if outcome[0] is not None:
-        raise outcome[0]
+    if error is not None:
+        raise error
 
 
 def _hung(err: object) -> bool:
@@ -225,6 +219,8 @@ class StreamThread(threading.Thread):
         self._stopping = threading.Event()
         self._callback_error: BaseException | None = None
         self._last_commit = time.monotonic()
+        #: the at-least-once offset commit in flight (:mod:`.offset_commits`)
+        self._commits = OffsetCommits(self.name, self.config.default_api_timeout_ms)
         #: set by :meth:`request_commit_when_caught_up` (another thread): commit at the
         #: next loop that finds every owned partition consumed to its end
         self._commit_when_caught_up = False
@@ -293,6 +289,7 @@ class StreamThread(threading.Thread):
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "partition.assignment.strategy": "cooperative-sticky",
+            "on_commit": self._commits.on_commit,
         })
         cconf.update(s.client_overrides("consumer."))
         self.consumer = Consumer(cconf)
@@ -366,10 +363,16 @@ class StreamThread(threading.Thread):
         self._stopping.set()
 
     def _shutdown(self, clean: bool) -> None:
+        """Close the tasks (clean: after a last commit), then the clients. Bounded while no
+        broker answers: a commit in flight is waited for at most ``default.api.timeout.ms``
+        + ``COMMIT_GRACE_S`` after it was sent (:meth:`_await_commit`), and so is the
+        consumer's ``close()`` (which waits for the last commit: librdkafka issue #3740),
+        else it is left to a daemon thread and logged (WARNING)."""
         self._set_state("PENDING_SHUTDOWN")
         try:
             if clean:
                 try:
+                    self._await_commit()
                     self._close_tasks(list(self.tasks), clean=True)
                 except BaseException:
                     self._close_tasks(list(self.tasks), clean=False)
@@ -378,11 +381,7 @@ class StreamThread(threading.Thread):
                 self._close_tasks(list(self.tasks), clean=False)
         finally:
             if self.consumer is not None:
-                try:
-                    self.consumer.close()
-                except Exception:  # noqa: BLE001 - closing anyway
-                    log.exception("closing the consumer failed")
-                self.consumer = None
+                self._close_consumer()
             if self.producer is not None:
                 if self._in_txn:
                     try:
@@ -396,6 +395,43 @@ class StreamThread(threading.Thread):
                 self.restorer.close()
                 self.restorer = None
             self._close_offsets_reader()
+
+    def _close_consumer(self) -> None:
+        """Close the consumer, waiting at most ``default.api.timeout.ms`` +
+        ``COMMIT_GRACE_S``: its ``close()`` waits for the commits in flight and may retry
+        the coordinator lookup forever while no broker answers (librdkafka issue #3740).
+        A close that has not returned is left to its daemon thread (WARNING)."""
+        consumer, self.consumer = self.consumer, None
+        bound_s = self._commits.bound_s
+        returned, error = run_bounded(f"{self.name}: consumer.close", consumer.close, bound_s)  # type: ignore[union-attr]
+        if not returned:
+            log.warning("%s: the consumer did not close within %.1f s (default.api.timeout.ms + grace): left to a daemon "
+                        "thread; offset commit in flight: %s", self.name, bound_s, self._commits.describe())
+        elif error is not None:
+            log.error("%s: closing the consumer failed", self.name, exc_info=error)
+        last = self._commits.returned()  # the last commit's result, served by close()
+        if last is not None and last.error is None:
+            self.commit_total += 1
+        elif last is not None and last.error is not None:
+            log.warning("%s: the last offset commit (%s) failed at close: %s", self.name,
+                        ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(last.offsets.items())), last.error.str())
+
+    def _await_commit(self) -> None:
+        """Before the last commit at close: wait for the at-least-once commit in flight
+        (polling the consumer with its partitions paused, to serve its callback), at most
+        until ``default.api.timeout.ms`` + ``COMMIT_GRACE_S`` after it was sent; then
+        handle its result (:meth:`_settle_commit`). Still in flight: the last commit is
+        deferred (see :mod:`.offset_commits`)."""
+        if self.eos or self.consumer is None or not self._commits.in_flight():
+            return
+        assignment = self.consumer.assignment()
+        if assignment:
+            self.consumer.pause(assignment)
+        while self._commits.in_flight() and not self._commits.overdue():
+            msg = self.consumer.poll(0.05)  # paused: serves callbacks
+            if msg is not None:  # fetched before the pause: buffered, so that no position skips it
+                self.inputs.add([msg])
+        self._settle_commit()
 
     # ------------------------------------------------------------------ rebalance callbacks
     def _expand(self, partitions: list[TopicPartition]) -> dict[str, list[TP]]:
@@ -668,6 +704,8 @@ class StreamThread(threading.Thread):
         if self._callback_error is not None:
             exc, self._callback_error = self._callback_error, None
             raise exc
+        if not self.eos:
+            self._settle_commit()
         self.inputs.add(msgs)
         self.inputs.pause_resume(self.consumer)
         self._restore_metadata()
@@ -711,10 +749,16 @@ class StreamThread(threading.Thread):
 
     def _commit(self, force: bool = False) -> None:
         """Commit every task (see the module docstring). ``force`` also commits when no
-        offset moved (before closing tasks)."""
+        offset moved (before closing tasks).
+
+        At-least-once, the offsets are sent asynchronously (:mod:`.offset_commits`): while
+        an earlier commit is in flight they are deferred (INFO), and the committed offsets
+        and checkpoints are updated when the result comes in (:meth:`_settle_commit`)."""
         assert self.consumer is not None and self.producer is not None and self.collector is not None
         self._last_commit = time.monotonic()
         self._commit_when_caught_up = False
+        if not self.eos:
+            self._settle_commit()
         if not self.tasks:
             return
         self._maybe_begin()
@@ -771,32 +815,72 @@ class StreamThread(threading.Thread):
         else:
             self.collector.flush()
             if changed:
-                try:
-                    self.consumer.commit(offsets=self._committable(changed), asynchronous=False)
-                except KafkaException as exc:
-                    err = exc.args[0] if exc.args else None
-                    if isinstance(err, KafkaError) and (err.code() in _REBALANCE_ERRORS or err.code() in _COORDINATOR_ERRORS
-                                                        or err.retriable()):
-                        # Kafka's TaskManager#commit on RebalanceInProgressException and
-                        # TimeoutException (within task.timeout.ms): the outputs are flushed,
-                        # the offsets are committed at the next commit (or when a rebalance
-                        # revokes the tasks)
-                        log.info("%s: commit deferred (%s)", self.name, err.str())
-                        return
-                    raise StreamsException(f"committing offsets of {self.name} failed: {exc}") from exc
+                if self._commits.pending is not None:
+                    log.info("%s: commit of %s deferred: the commit of %s has not returned", self.name,
+                             ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(changed.items())), self._commits.describe())
+                    self._commits.warn_if_overdue()
+                    return
+                meta = frozenset(t.task_id for t in self.tasks.values() if t.processor_metadata_needs_commit)
+                for tid in meta:
+                    self.tasks[tid].processor_metadata_needs_commit = False
+                commit = InFlightCommit(changed, frozenset(self.tasks), meta, dict(self.collector.acked_offsets), self._last_commit)
+                self._commits.send(self.consumer, self._committable(changed), commit)
+                return  # the rest once it returns: _settle_commit
         self.committed.update(changed)
         if changed:
             for task in self.tasks.values():
                 task.processor_metadata_needs_commit = False
-        if changed or force:
+        self._after_commit(bool(changed) or force, self._last_commit, list(self.tasks), None)
+
+    def _after_commit(self, counted: bool, started: float, task_ids: list[str], acked: dict[TP, int] | None) -> None:
+        """After a commit: its metrics (when ``counted``), at-least-once the checkpoints of
+        ``task_ids`` (with the changelog offsets ``acked`` when it was sent; None: now), and
+        the periodic purge of the repartition topics."""
+        if counted:
             self.commit_total += 1
             done = time.monotonic()
-            self.commit_latencies.append((done, (done - self._last_commit) * 1000))
+            self.commit_latencies.append((done, (done - started) * 1000))
         if not self.eos:
-            for tid in self.tasks:
-                self.task_manager.checkpoint(tid)
+            for tid in task_ids:
+                if tid in self.tasks:
+                    self.task_manager.checkpoint(tid, acked=acked)
         if time.monotonic() - self._last_purge >= REPARTITION_PURGE_INTERVAL_S:
             self._purge_repartition_topics()
+
+    def _settle_commit(self) -> None:
+        """Handle the result of the at-least-once commit in flight once it has returned
+        (:mod:`.offset_commits`; its ``on_commit`` callback runs in this thread's polls):
+        success updates the committed offsets of the partitions still owned and writes the
+        checkpoints of its tasks; a rebalance, coordinator or retriable error defers the
+        offsets to the next commit, as Kafka's ``TaskManager#commit`` on
+        ``RebalanceInProgressException`` and ``TimeoutException`` (INFO). Still in flight:
+        logged once (WARNING) past ``default.api.timeout.ms`` + ``COMMIT_GRACE_S``.
+
+        Raises:
+            StreamsException: the commit failed with any other error.
+        """
+        done = self._commits.returned()
+        if done is None:
+            self._commits.warn_if_overdue()
+            return
+        err = done.error
+        if err is None:
+            self.committed.update({tp: off for tp, off in done.offsets.items()
+                                   if tp in self.tp_task and off > self.committed.get(tp, -1)})
+            if done.warned:
+                log.info("%s: the offset commit reported late returned %.1f s after it was sent: committed",
+                            self.name, time.monotonic() - done.sent)
+            self._after_commit(True, done.sent, sorted(done.tasks), done.acked)
+            return
+        for tid in done.metadata_tasks:
+            if tid in self.tasks:
+                self.tasks[tid].processor_metadata_needs_commit = True
+        if err.code() in _REBALANCE_ERRORS or err.code() in _COORDINATOR_ERRORS or err.retriable():
+            # the outputs are flushed; the offsets are committed at the next commit (or
+            # by the next owner when a rebalance revokes the tasks)
+            log.info("%s: commit deferred (%s)", self.name, err.str())
+            return
+        raise StreamsException(f"committing offsets of {self.name} failed: {err.str()}")
 
     def _committable(self, offsets: dict[TP, int]) -> list[TopicPartition]:
         """Offsets with their metadata (Kafka's ``StreamTask#committableOffsetsAndMetadata``:

@@ -205,17 +205,19 @@ class TaskManager:
 
         return apply
 
-    def checkpoint(self, task_id: str, force: bool = False) -> None:
+    def checkpoint(self, task_id: str, force: bool = False, acked: dict[TP, int] | None = None) -> None:
         """Write the task's checkpoint: at-least-once, at a commit once its offsets moved by
         more than ``CHECKPOINT_OFFSET_DELTA`` records in all (Kafka's
         ``StateManagerUtil#checkpointNeeded``); on a clean close (``force``) whenever they
         moved. An older checkpoint only means a longer restore: replaying the changelog
-        from it rewrites the same values."""
+        from it rewrites the same values. ``acked``: the changelog offsets acknowledged
+        when the stores were flushed (an offset commit that returned later); None: now."""
         assert self.collector is not None
+        acked = self.collector.acked_offsets if acked is None else acked
         offsets: dict[TP, int] = {}
         for tp, kind in self._store_tps.get(task_id, {}).items():
             if kind == "changelog":
-                off = max(self.collector.acked_offsets.get(tp, -1), self._restored_end.get(tp, -1))
+                off = max(acked.get(tp, -1), self._restored_end.get(tp, -1))
             else:
                 off = self.committed.get(tp, self._restored_end.get(tp, -1))
             if off >= 0:
