@@ -31,6 +31,13 @@ class BytesStore(ABC):
     def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key <= hi`` (None: unbounded), ascending unless ``reverse``."""
 
+    def scan(self, lo: bytes | None, hi: bytes | None, time_from: int | None = None,
+             time_to: int | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= key <= hi``, in no particular order (for callers that sort
+        them anyway). ``time_from``/``time_to`` (ms): hints that no wanted key's time is
+        outside them, for a store that can skip data by time (segments)."""
+        return self.range(lo, hi)
+
     @abstractmethod
     def approximate_num_entries(self) -> int: ...
 

@@ -48,6 +48,8 @@ MIN_SEGMENT_INTERVAL_MS = 60_000
 #: marks a RocksDB database written in the segmented layout
 _LAYOUT_MARKER = b"\xff" + b"duet.segmented.v1"
 _NO_SEGMENT = -(2**63)
+#: added to a segment id in its key prefix, so that the prefixes sort as the ids
+_BIAS = 2**63
 
 
 def default_segment_interval(retention_ms: int) -> int:
@@ -91,9 +93,6 @@ class SegmentedBytesStore(BytesStore):
         #: segments dropped so far (a metric, and for tests)
         self.segments_dropped = 0
 
-    def _segment_of(self, key: bytes) -> int:
-        return _java_div(_Q.unpack_from(key, len(key) - self.time_offset)[0], self.segment_interval_ms)
-
     # -- what subclasses store
     @abstractmethod
     def _segment_ids(self) -> list[int]:
@@ -114,7 +113,8 @@ class SegmentedBytesStore(BytesStore):
 
     # -- the bytes store
     def get(self, key: bytes) -> bytes | None:
-        segment = self._segment_of(key)
+        time = _Q.unpack_from(key, len(key) - self.time_offset)[0]
+        segment = time // self.segment_interval_ms if time >= 0 else _java_div(time, self.segment_interval_ms)
         if segment >= self.min_live_segment:
             return self._get(segment, key)
         return self.retained.get(key) if self.keep_if is not None else None
@@ -126,7 +126,7 @@ class SegmentedBytesStore(BytesStore):
             min_live = _java_div(time - self.retention_ms, self.segment_interval_ms)
             if min_live > self.min_live_segment:
                 self._advance(min_live)
-        segment = _java_div(time, self.segment_interval_ms)
+        segment = time // self.segment_interval_ms if time >= 0 else _java_div(time, self.segment_interval_ms)
         if segment >= self.min_live_segment:
             self._put(segment, key, value)
         elif self.keep_if is not None:
@@ -167,6 +167,19 @@ class SegmentedBytesStore(BytesStore):
         if len(its) == 1:
             return its[0]
         return heapq.merge(*its, key=itemgetter(0), reverse=reverse)
+
+    def scan(self, lo: bytes | None, hi: bytes | None, time_from: int | None = None,
+             time_to: int | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``lo <= key <= hi``, segment after segment (no merge), skipping the
+        segments wholly outside ``[time_from, time_to]`` (ms); then the retained ones."""
+        interval = self.segment_interval_ms
+        first = self.min_live_segment if time_from is None else max(self.min_live_segment, _java_div(time_from, interval))
+        last = None if time_to is None else _java_div(time_to, interval)
+        for segment in self._segment_ids():
+            if segment >= first and (last is None or segment <= last):
+                yield from self._range(segment, lo, hi, False)
+        if self.keep_if is not None and self.retained._data:
+            yield from self.retained.range(lo, hi)
 
     def live_segments(self) -> list[int]:
         """The ids of the live segments holding data, ascending."""
@@ -233,9 +246,9 @@ class RocksDBSegmentedBytesStore(SegmentedBytesStore):
             k = it.key()
             if k == _LAYOUT_MARKER or len(k) < 8:
                 break
-            segment = _SEG.unpack_from(k)[0] - 2**63
+            segment = _SEG.unpack_from(k)[0] - _BIAS
             self._live.add(segment)
-            it.seek(_SEG.pack(segment + 2**63 + 1))
+            it.seek(self._prefix(segment + 1))
         if legacy.exists():
             self._move_in(legacy)
         self._db[_LAYOUT_MARKER] = b""
@@ -269,21 +282,31 @@ class RocksDBSegmentedBytesStore(SegmentedBytesStore):
 
     @staticmethod
     def _prefix(segment: int) -> bytes:
-        return _SEG.pack(segment + 2**63)
+        return _SEG.pack(segment + _BIAS)
 
     def _segment_ids(self) -> list[int]:
         return sorted(self._live)
 
+    def get(self, key: bytes) -> bytes | None:
+        # SegmentedBytesStore.get with _get inlined: one Python frame per read (hot path)
+        time = _Q.unpack_from(key, len(key) - self.time_offset)[0]
+        segment = time // self.segment_interval_ms if time >= 0 else _java_div(time, self.segment_interval_ms)
+        if segment >= self.min_live_segment:
+            return self._db.get(_SEG.pack(segment + _BIAS) + key)
+        return self.retained.get(key) if self.keep_if is not None else None
+
     def _get(self, segment: int, key: bytes) -> bytes | None:
-        return self._db.get(self._prefix(segment) + key)
+        return self._db.get(_SEG.pack(segment + _BIAS) + key)
 
     def _put(self, segment: int, key: bytes, value: bytes | None) -> None:
         if value is None:
             if segment in self._live:
-                self._db.delete(self._prefix(segment) + key)
+                self._db.delete(_SEG.pack(segment + _BIAS) + key)
             return
-        self._live.add(segment)
-        self._db[self._prefix(segment) + key] = value
+        live = self._live
+        if segment not in live:
+            live.add(segment)
+        self._db[_SEG.pack(segment + _BIAS) + key] = value
 
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         prefix = self._prefix(segment)

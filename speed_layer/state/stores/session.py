@@ -167,7 +167,7 @@ class SessionStore(_StoreBase):
         is_clean = self._clean_keys()
         scan_from = earliest_session_end if is_clean is not None else lo_end
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
-        for ck, vb in self.backend.range(kb + _QQ.pack(max(scan_from, 0), 0), kb + _QQ.pack(_MAX, _MAX)):
+        for ck, vb in self.backend.scan(kb + _QQ.pack(max(scan_from, 0), 0), kb + _QQ.pack(_MAX, _MAX), max(scan_from, 0)):
             if ck[:-16] != kb:
                 continue
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
@@ -200,7 +200,7 @@ class SessionStore(_StoreBase):
         """Every session (unexpired, or still cached), by serialized key, then end, then start."""
         rows: dict[bytes, tuple[Windowed[Any], Any]] = {}
         is_clean = self._clean_keys()
-        for ck, vb in self.backend.range(None, None):
+        for ck, vb in self.backend.scan(None, None):
             end, start = _QQ.unpack_from(ck, len(ck) - 16)
             if self._expired(end) and (is_clean is None or not is_clean(ck)):
                 continue

@@ -224,9 +224,9 @@ class WindowStore(_StoreBase):
         elif kb is not None:
             lo = kb + _Q.pack(lo_scan)
             hi = kb + _Q.pack(time_to) + (b"\xff" * 4 if self.retain_duplicates else b"")
-            it = self.backend.range(lo, hi)
+            it = self.backend.scan(lo, hi, lo_scan, time_to)
         else:
-            it = self.backend.range(None, None)
+            it = self.backend.scan(None, None, lo_scan, time_to)
         for ck, vb in it:
             k, start = self._split(ck)
             if (kb is not None and k != kb) or not (lo_scan <= start <= time_to):
