@@ -403,7 +403,14 @@ class KafkaStreams:
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop gracefully: each thread commits, writes checkpoints and closes its stores;
         then the global stores. Returns False if threads did not stop within ``timeout_s``
-        seconds (None: wait without limit)."""
+        seconds (None: wait without limit).
+
+        A thread never waits forever on the brokers here: under at-least-once it waits for
+        an offset commit still in flight, then for its consumer's ``close()``, each at most
+        ``default.api.timeout.ms`` (ms) + 1 s, and goes on without them (WARNING naming the
+        thread and the partitions; the next owner of a partition reprocesses from its last
+        committed offset), as Kafka's ``commitSync`` is bounded by that key
+        (``speed_layer.runtime.offset_commits``)."""
         with self._lock:
             if self._state in ("NOT_RUNNING", "ERROR"):
                 return True
