@@ -93,6 +93,11 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
+def _disk_mb(folder: Path) -> float:
+    """Bytes of the files under ``folder``, in MB (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6 if folder.exists() else 0.0
+
+
 def _peak_mb() -> float:
     """This process's peak RSS, MB: ``VmHWM`` of ``/proc/self/status`` (Linux), else
     ``ru_maxrss``. Not ``ru_maxrss`` first: Linux carries the parent's peak across fork and
@@ -374,10 +379,11 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
     r["speed_fps"], r["late"], r["rss_mb"] = r["flights"] / s["seconds"], s["late"], s["peak_rss_mb"]
     r["cpu_ms"] = s["cpu_s"] / r["flights"] * 1e3  # per flight: less sensitive than flights/s to others' load
     r["load_speed"] = _load()
+    r["state_mb"] = _disk_mb(state / app_id)  # the stores' RocksDB files once caught up
     say(f"speed: {r['flights']:,} flights in {s['seconds']:.1f} s = {r['speed_fps']:,.0f} flights/s "
         f"({s['records_in'] / s['seconds']:,.0f} input records/s), {s['late']:,} late, peak RSS "
         f"{s['peak_rss_mb']:,.0f} MB, process CPU {s['cpu_s']:.1f} s ({r['cpu_ms']:.3f} ms per flight; garbage "
-        f"collection {s['gc_full_s']:.1f} s full, {s['gc_young_s']:.1f} s young)")
+        f"collection {s['gc_full_s']:.1f} s full, {s['gc_young_s']:.1f} s young), state on disk {r['state_mb']:,.0f} MB")
     if speed_only:
         shutil.rmtree(state / app_id, ignore_errors=True)
         return r
@@ -475,7 +481,7 @@ def _batch_only(r: dict[str, Any], pipeline: Any, bootstrap: str, lake: Path, cl
 
 # --------------------------------------------------------------------------- report
 def _table(rows: list[dict[str, Any]], cluster: bool) -> None:
-    head = ["years", "flights", "speed fl/s", "(load)", "CPU ms/fl", "late", "peak RSS MB", "restored", "to RUNNING s", "rec/s",
+    head = ["years", "flights", "speed fl/s", "(load)", "CPU ms/fl", "late", "peak RSS MB", "state MB", "restored", "to RUNNING s", "rec/s",
             "(load)", "ingest s", "batch s", "(load)"]
     if cluster:
         head += ["cluster s", "(load)"]
@@ -484,7 +490,7 @@ def _table(rows: list[dict[str, Any]], cluster: bool) -> None:
     for r in rows:
         cells = [str(r["years"]), f"{r['flights']:,}", f"{r['speed_fps']:,.0f}", f"{r['load_speed']:.2f}",
                  f"{r['cpu_ms']:.3f}",
-                 f"{r['late']:,}", f"{r['rss_mb']:,.0f}", f"{r['restored']:,}", f"{r['restore_s']:.1f}",
+                 f"{r['late']:,}", f"{r['rss_mb']:,.0f}", f"{r['state_mb']:,.0f}", f"{r['restored']:,}", f"{r['restore_s']:.1f}",
                  f"{r['restore_rps']:,.0f}", f"{r['load_restore']:.2f}", f"{r['ingest_s']:.1f}", f"{r['batch_s']:.1f}",
                  f"{r['load_batch']:.2f}"]
         if cluster:
@@ -614,7 +620,7 @@ def main() -> None:
     elif a.speed_only:
         for r in rows:
             print(f"{r['years']:2d} y, {r['flights']:,} flights: {r['speed_fps']:,.0f} flights/s, CPU {r['cpu_ms']:.3f} ms "
-                  f"per flight, peak RSS {r['rss_mb']:,.0f} MB (load {r['load_speed']:.2f})")
+                  f"per flight, peak RSS {r['rss_mb']:,.0f} MB, state on disk {r['state_mb']:,.0f} MB (load {r['load_speed']:.2f})")
         if len(rows) > 1:
             small, big = rows[0], rows[-1]
             ratio = big["speed_fps"] / small["speed_fps"]
