@@ -10,8 +10,8 @@ commit is sent asynchronously and picked up later (``speed_layer.runtime.offset_
 Checked: the thread keeps looping while the commit is in flight, reports it past
 ``default.api.timeout.ms`` + ``COMMIT_GRACE_S`` (WARNING naming the thread and the
 partitions), does not count the offsets as committed until it returns, defers a later
-commit while it is in flight, commits the offsets once the broker is back, loses no record; and ``close()`` with the broker paused returns within
-the bound instead of hanging.
+commit while it is in flight, commits the offsets once the broker is back, loses no record; and ``close()`` with the broker paused and a commit
+in flight returns within the bound instead of hanging.
 """
 from __future__ import annotations
 
@@ -136,11 +136,13 @@ def test_a_commit_the_broker_does_not_answer_never_blocks_the_thread_nor_close(t
             assert set(values) == set(range(200)), "records lost"
             print(f"outputs: {len(values)} for 200 inputs")
 
-            # 3. close() with the broker paused returns within the bound
+            # 3. close() with the broker paused and a commit in flight returns within the bound
             _produce(bootstrap, src, range(200, 250))
             _wait(lambda: len(_read_values(bootstrap, out)) >= len(values) + 50, 30, "the outputs of the third batch")
             broker.pause()
             try:
+                thread.request_commit_when_caught_up()
+                _wait(lambda: thread._commits.in_flight(), 5, "a commit in flight")
                 closed: list[float] = []
                 t0 = time.monotonic()
                 closer = threading.Thread(target=lambda: (streams.close(), closed.append(time.monotonic() - t0)), daemon=True)
@@ -151,6 +153,7 @@ def test_a_commit_the_broker_does_not_answer_never_blocks_the_thread_nor_close(t
             print(f"close() with the broker paused took {closed[0] if closed else None} s (bound {BOUND_S:.1f} s per wait)")
             assert closed, "close() hung while the broker did not answer"
             assert closed[0] < 2 * BOUND_S + 2  # the commit in flight, then the consumer's close()
+            assert any("did not close within" in r.getMessage() for r in caplog.records)
             assert streams.state == "NOT_RUNNING"
         finally:
             streams.close(30)
