@@ -82,49 +82,16 @@ class InMemoryBytesStore(BytesStore):
         self._data.clear()
 
 
-class RocksDBBytesStore(BytesStore):
-    """RocksDB through rocksdict in raw (bytes) mode, at ``<dir>/rocksdb/<name>``.
+class RdictOwner:
+    """What a bytes store owning one rocksdict database ``_db`` does with it: count,
+    flush, close."""
 
-    The WAL is off: durability comes from the changelog topic, as in Kafka Streams.
-    """
-
-    def __init__(self, name: str, directory: Path) -> None:
-        self.name = name
-        self.path = Path(directory) / "rocksdb" / name
-        self._db = open_rdict(self.path)
-        self._closed = False
+    _db: "Rdict"
+    _closed: bool
 
     @property
     def persistent(self) -> bool:
         return True
-
-    def get(self, key: bytes) -> bytes | None:
-        return self._db.get(key)
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        if value is None:
-            self._db.delete(key)
-        else:
-            self._db[key] = value
-
-    def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
-        if not reverse:
-            it.seek(lo) if lo is not None else it.seek_to_first()
-            while it.valid():
-                k = it.key()
-                if hi is not None and k > hi:
-                    break
-                yield k, it.value()
-                it.next()
-        else:
-            it.seek_for_prev(hi) if hi is not None else it.seek_to_last()
-            while it.valid():
-                k = it.key()
-                if lo is not None and k < lo:
-                    break
-                yield k, it.value()
-                it.prev()
 
     def approximate_num_entries(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
@@ -137,6 +104,31 @@ class RocksDBBytesStore(BytesStore):
             self._db.flush()
             self._db.close()
             self._closed = True
+
+
+class RocksDBBytesStore(RdictOwner, BytesStore):
+    """RocksDB through rocksdict in raw (bytes) mode, at ``<dir>/rocksdb/<name>``.
+
+    The WAL is off: durability comes from the changelog topic, as in Kafka Streams.
+    """
+
+    def __init__(self, name: str, directory: Path) -> None:
+        self.name = name
+        self.path = Path(directory) / "rocksdb" / name
+        self._db = open_rdict(self.path)
+        self._closed = False
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            self._db.delete(key)
+        else:
+            self._db[key] = value
+
+    def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        return rdict_range(self._db, lo, hi, reverse)
 
     def destroy(self) -> None:
         """Close and delete the files (used when the local state is wiped)."""
@@ -157,3 +149,24 @@ def open_rdict(path: Path) -> "Rdict":
     wo.disable_wal = True
     db.set_write_options(wo)
     return db
+
+
+def rdict_range(db: "Rdict", lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    """Entries of ``db`` with ``lo <= key <= hi`` (None: unbounded), ascending unless ``reverse``."""
+    it = db.iter()
+    if not reverse:
+        it.seek(lo) if lo is not None else it.seek_to_first()
+        while it.valid():
+            k = it.key()
+            if hi is not None and k > hi:
+                break
+            yield k, it.value()
+            it.next()
+    else:
+        it.seek_for_prev(hi) if hi is not None else it.seek_to_last()
+        while it.valid():
+            k = it.key()
+            if lo is not None and k < lo:
+                break
+            yield k, it.value()
+            it.prev()

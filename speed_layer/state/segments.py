@@ -35,7 +35,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .backends import BytesStore, InMemoryBytesStore, open_rdict
+from .backends import BytesStore, InMemoryBytesStore, RdictOwner, open_rdict, rdict_range
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class InMemorySegmentedBytesStore(SegmentedBytesStore):
         self._segments.clear()
 
 
-class RocksDBSegmentedBytesStore(SegmentedBytesStore):
+class RocksDBSegmentedBytesStore(RdictOwner, SegmentedBytesStore):
     """Segments as key prefixes of one RocksDB database at ``<directory>/rocksdb/<name>``
     (the module docstring says why not one instance per segment, as Kafka)."""
 
@@ -276,10 +276,6 @@ class RocksDBSegmentedBytesStore(SegmentedBytesStore):
         shutil.rmtree(legacy)
         log.info("store %s: moved %d entries into time segments (%d segments live)", self.name, moved, len(self._live))
 
-    @property
-    def persistent(self) -> bool:
-        return True
-
     @staticmethod
     def _prefix(segment: int) -> bytes:
         return _SEG.pack(segment + _BIAS)
@@ -310,43 +306,12 @@ class RocksDBSegmentedBytesStore(SegmentedBytesStore):
 
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         prefix = self._prefix(segment)
-        lo_k = prefix + (lo or b"")
-        hi_k = prefix + hi if hi is not None else None
-        it = self._db.iter()
         n = len(prefix)
-        if not reverse:
-            it.seek(lo_k)
-            while it.valid():
-                k = it.key()
-                if not k.startswith(prefix) or (hi_k is not None and k > hi_k):
-                    break
-                yield k[n:], it.value()
-                it.next()
-        else:
-            if hi_k is not None:
-                it.seek_for_prev(hi_k)
-            else:
-                it.seek_for_prev(self._prefix(segment + 1))
-            while it.valid():
-                k = it.key()
-                if not k.startswith(prefix) or k < lo_k:
-                    break
-                yield k[n:], it.value()
-                it.prev()
+        # no key is the next prefix itself (every key ends with 8 bytes of time after it)
+        upper = prefix + hi if hi is not None else self._prefix(segment + 1)
+        for k, v in rdict_range(self._db, prefix + (lo or b""), upper, reverse):
+            yield k[n:], v
 
     def _drop(self, segments: list[int]) -> None:
         self._db.delete_range(self._prefix(segments[0]), self._prefix(segments[-1] + 1))
         self._live.difference_update(segments)
-
-    def approximate_num_entries(self) -> int:
-        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
-
-    def flush(self) -> None:
-        self._db.flush()
-
-    def close(self) -> None:
-        if not self._closed:
-            self._db.flush()
-            self._db.close()
-            self._closed = True
-
