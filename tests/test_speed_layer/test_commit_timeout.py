@@ -19,16 +19,16 @@ import json
 import logging
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from speed_layer import KafkaStreams, StreamsBuilder
-from speed_layer.runtime.admin import TopicSpec, end_offsets, ensure_topics
+from speed_layer.runtime.admin import TopicSpec, ensure_topics
 from speed_layer.runtime.broker import EmbeddedKafka
 from speed_layer.runtime.offset_commits import COMMIT_GRACE_S
+from tests.test_infra.kafka_util import read_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
@@ -44,25 +44,7 @@ def _produce(bootstrap: str, topic: str, keys: range) -> None:
 
 
 def _read_values(bootstrap: str, topic: str) -> list[int]:
-    ends = end_offsets(bootstrap, topic)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}", "enable.partition.eof": True})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in ends])
-        done, out = {p for p, e in ends.items() if e == 0}, []
-        deadline = time.monotonic() + 30
-        while len(done) < len(ends):
-            assert time.monotonic() < deadline, f"timed out reading {topic}"
-            for m in c.consume(1000, 0.2):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()]:
-                        done.add(m.partition())
-                    continue
-                out.append(json.loads(m.value()))
-                if m.offset() + 1 >= ends[m.partition()]:
-                    done.add(m.partition())
-        return out
-    finally:
-        c.close()
+    return [json.loads(m.value()) for m in read_topic(bootstrap, topic)]
 
 
 def _group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
