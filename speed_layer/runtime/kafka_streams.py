@@ -626,7 +626,11 @@ class KafkaStreams:
         :data:`METRICS_WINDOW_S`; NaN without one, as Kafka), its main consumer's
         ``client-id``, and ``tasks``, its own tasks' counters (``{task id: {counter:
         value}}``, the counters of ``tasks`` before the client sums them: ``process``,
-        ``dropped-records``, ``dropped-records-late``, ``restored-records``...).
+        ``dropped-records``, ``dropped-records-late``, ``restored-records``...), and
+        ``stores``: ``{task id: {store: {metric: value}}}``, Kafka's RocksDB property
+        metrics (KIP-607: ``estimate-num-keys``, and for RocksDB stores
+        ``size-all-mem-tables``, ``total-sst-files-size``, ``estimate-live-data-size`` in
+        bytes), as the thread read them at most ``STATE_METRICS_INTERVAL_S`` (5 s) ago.
 
         No broker call: the consumers' lag is :meth:`records_lag`."""
         totals: dict[str, int] = {}
@@ -671,6 +675,7 @@ class KafkaStreams:
             "commit-latency-max": max(latencies) if latencies else math.nan,
             "client-id": f"{self.config.application_id}-{self.process_id}-StreamThread-{t.index}-consumer",
             "tasks": tasks,
+            "stores": t.state_metrics,
         }
 
     def records_lag(self, timeout_s: float = 5.0) -> dict[str, dict[tuple[str, int], int]]:

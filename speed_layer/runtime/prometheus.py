@@ -54,10 +54,18 @@ _total`` (thread_id, task_id)                             expired-window-record-
 (thread_id, client_id)                                    metrics / records-lag-max      partitions' records-lag
 ========================================================  =============================  ==========================
 
+Per store, gauges with labels (thread_id, task_id, rocksdb_state_id), KIP-607's RocksDB
+property metrics of ``stream-state-metrics`` (:data:`STORE_GAUGES`):
+``kafka_streams_stream_state_estimate_num_keys`` (every store), and for RocksDB stores
+``..._size_all_mem_tables``, ``..._total_sst_files_size``, ``..._estimate_live_data_size``
+(bytes); read by each stream thread every 5 s (``metrics()["threads"][t]["stores"]``).
+
 Where duet differs from Kafka:
 
 * Kafka's state metrics carry the store (``<type>-state-id``); duet counts restored records
-  and expired join records per task, so ``stream_state`` series carry the task only.
+  and expired join records per task, so those ``stream_state`` series carry the task only.
+  The property gauges carry the store as ``rocksdb_state_id`` for every store kind (Kafka:
+  ``rocksdb-window-state-id`` and ``rocksdb-session-state-id`` for window and session stores).
 * Rates (``process_rate``, ``restore_rate``, per second) are computed from the totals seen
   at the scrapes of this collector: the increase since the latest scrape at least
   :data:`RATE_WINDOW_S` old (else the oldest one kept), over that time; at the first scrape
@@ -117,6 +125,21 @@ TASK_COUNTERS: dict[str, tuple[str, str]] = {
     "expired-window-record-drop": ("kafka_streams_stream_state_expired_window_record_drop",
                                    "Records a stream-stream join's window store dropped as expired "
                                    "(stream-state-metrics expired-window-record-drop-total)."),
+}
+
+
+#: KIP-607 RocksDB property metric of a store -> (Prometheus name, help)
+STORE_GAUGES: dict[str, tuple[str, str]] = {
+    "estimate-num-keys": ("kafka_streams_stream_state_estimate_num_keys",
+                          "Keys in the store, RocksDB's estimate (deletes not yet compacted away included) "
+                          "(stream-state-metrics estimate-num-keys, KIP-607)."),
+    "size-all-mem-tables": ("kafka_streams_stream_state_size_all_mem_tables",
+                            "Bytes of the store's RocksDB memtables (stream-state-metrics size-all-mem-tables)."),
+    "total-sst-files-size": ("kafka_streams_stream_state_total_sst_files_size",
+                             "Bytes of the store's RocksDB SST files (stream-state-metrics total-sst-files-size)."),
+    "estimate-live-data-size": ("kafka_streams_stream_state_estimate_live_data_size",
+                                "Bytes of live data in the store's RocksDB, estimated "
+                                "(stream-state-metrics estimate-live-data-size)."),
 }
 
 
@@ -210,6 +233,8 @@ class KafkaStreamsCollector(Collector):
                                     labels=["thread_id"])
         task_families = {c: CounterMetricFamily(n, h, labels=["thread_id", "task_id"]) for c, (n, h) in
                          TASK_COUNTERS.items()}
+        store_families = {m: GaugeMetricFamily(n, h, labels=["thread_id", "task_id", "rocksdb_state_id"])
+                          for m, (n, h) in STORE_GAUGES.items()}
         restore_rate = GaugeMetricFamily("kafka_streams_stream_state_restore_rate",
                                          f"Records restored per second over the last {RATE_WINDOW_S:.0f} s of scrapes "
                                          "(stream-state-metrics restore-rate).", labels=["thread_id", "task_id"])
@@ -239,6 +264,11 @@ class KafkaStreamsCollector(Collector):
                     live.add(("restore", name, task))
                     restore_rate.add_metric([name, task],
                                             self._rates.rate(("restore", name, task), float(counters["restored-records"])))
+            for task, stores in sorted(t.get("stores", {}).items()):
+                for store, values in sorted(stores.items()):
+                    for metric, family in store_families.items():
+                        if metric in values:
+                            family.add_metric([name, task, store], float(values[metric]))
             consumer = str(t.get("client-id", ""))
             lags = [(topic, p, n) for (topic, p), n in sorted(records_lag.get(name, {}).items())]
             for topic, p, n in lags:
@@ -247,7 +277,7 @@ class KafkaStreamsCollector(Collector):
                 lag_max.add_metric([name, consumer], float(max(n for _, _, n in lags)))
         self._rates.keep_only(live)
         yield from (thread_state, process, process_rate, commits, latency_avg, latency_max, polls,
-                    *task_families.values(), restore_rate, lag, lag_max)
+                    *task_families.values(), restore_rate, *store_families.values(), lag, lag_max)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[list[str], float]]) -> GaugeMetricFamily:

@@ -76,6 +76,8 @@ _COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
 _REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
 #: Kafka's ``repartition.purge.interval.ms`` default (30 s)
 REPARTITION_PURGE_INTERVAL_S = 30.0
+#: how often the thread reads its stores' RocksDB property metrics (:attr:`StreamThread.state_metrics`), s
+STATE_METRICS_INTERVAL_S = 5.0
 #: How long an exactly-once thread retries aborting a transaction that failed to commit
 #: before it replaces its producer instead (whose ``init_transactions`` aborts it), s
 ABORT_TIMEOUT_S = 20.0
@@ -213,6 +215,11 @@ class StreamThread(threading.Thread):
         self.executor = TaskExecutor(self.tasks, self.task_tps, self.readiness, self._maybe_begin)
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
+        #: ``{task id: {store: {metric: value}}}``: the KIP-607 property metrics of the
+        #: tasks' stores (``BytesStore.state_metrics``), read by this thread every
+        #: ``STATE_METRICS_INTERVAL_S`` (a store is closed only by its own thread)
+        self.state_metrics: dict[str, dict[str, dict[str, int]]] = {}
+        self._state_metrics_at = 0.0
         self._admin: Any = None
         self._reader: CommittedOffsetsReader | None = None  # see _committed
         self._in_txn = False
@@ -715,6 +722,14 @@ class StreamThread(threading.Thread):
             self._commit()
         elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():
             self._commit()
+        if time.monotonic() - self._state_metrics_at >= STATE_METRICS_INTERVAL_S:
+            self._read_state_metrics()
+
+    def _read_state_metrics(self) -> None:
+        """Refresh :attr:`state_metrics` from the stores of the tasks owned now."""
+        self._state_metrics_at = time.monotonic()
+        self.state_metrics = {tid: {name: store.state_metrics() for name, store in task.stores.items()}
+                              for tid, task in list(self.tasks.items())}
 
     def request_commit_when_caught_up(self) -> None:
         """Ask for one commit as soon as this thread has processed everything its

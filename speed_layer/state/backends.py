@@ -41,6 +41,11 @@ class BytesStore(ABC):
     @abstractmethod
     def approximate_num_entries(self) -> int: ...
 
+    def state_metrics(self) -> dict[str, int]:
+        """Kafka's RocksDB property metrics (KIP-607, stream-state-metrics) this store
+        has: ``estimate-num-keys`` here; RocksDB adds the sizes, in bytes."""
+        return {"estimate-num-keys": self.approximate_num_entries()}
+
     def flush(self) -> None:
         """Make writes durable (no-op in memory)."""
 
@@ -82,6 +87,15 @@ class InMemoryBytesStore(BytesStore):
         self._data.clear()
 
 
+#: Kafka's RocksDB property metrics (KIP-607) -> the RocksDB property read: keys, then bytes
+ROCKSDB_PROPERTY_METRICS = {
+    "estimate-num-keys": "rocksdb.estimate-num-keys",
+    "size-all-mem-tables": "rocksdb.size-all-mem-tables",
+    "total-sst-files-size": "rocksdb.total-sst-files-size",
+    "estimate-live-data-size": "rocksdb.estimate-live-data-size",
+}
+
+
 class RdictOwner:
     """What a bytes store owning one rocksdict database ``_db`` does with it: count,
     flush, close."""
@@ -95,6 +109,11 @@ class RdictOwner:
 
     def approximate_num_entries(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def state_metrics(self) -> dict[str, int]:
+        """KIP-607's RocksDB property metrics of the database: keys (an estimate, deletes
+        not yet compacted away included) and bytes (:data:`ROCKSDB_PROPERTY_METRICS`)."""
+        return {name: int(self._db.property_int_value(prop) or 0) for name, prop in ROCKSDB_PROPERTY_METRICS.items()}
 
     def flush(self) -> None:
         self._db.flush()

@@ -142,6 +142,10 @@ class _StoreBase:
         """Approximate number of entries in the bytes store (RocksDB's estimate)."""
         return self.backend.approximate_num_entries()
 
+    def state_metrics(self) -> dict[str, int]:
+        """The bytes store's KIP-607 property metrics (``BytesStore.state_metrics``)."""
+        return self.backend.state_metrics()
+
 
 def _hashable(key: Any) -> bool:
     if type(key) is str:  # the common case, without a hash call
