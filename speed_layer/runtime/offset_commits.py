@@ -39,7 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("speed_layer.thread")
 
-__all__ = ["COMMIT_GRACE_S", "InFlightCommit", "OffsetCommits"]
+__all__ = ["COMMIT_GRACE_S", "InFlightCommit", "OffsetCommits", "describe_offsets"]
 
 TP = tuple[str, int]
 
@@ -136,15 +136,16 @@ class OffsetCommits:
             pending.warned = True
             log.warning("%s: the offset commit of %s has not returned %.1f s after it was sent (default.api.timeout.ms + "
                         "%.0f s): the offsets stay uncommitted and later commits wait until it returns",
-                        self.owner, _partitions(pending.offsets), time.monotonic() - pending.sent, COMMIT_GRACE_S)
+                        self.owner, describe_offsets(pending.offsets), time.monotonic() - pending.sent, COMMIT_GRACE_S)
 
     def describe(self) -> str:
         """The partitions of the commit in flight and its age, for the logs."""
         pending = self.pending
         if pending is None:
             return "none"
-        return f"{_partitions(pending.offsets)} (sent {time.monotonic() - pending.sent:.1f} s ago)"
+        return f"{describe_offsets(pending.offsets)} (sent {time.monotonic() - pending.sent:.1f} s ago)"
 
 
-def _partitions(offsets: dict[TP, int]) -> str:
+def describe_offsets(offsets: dict[TP, int]) -> str:
+    """``topic-partition@offset`` of each partition, sorted, for the logs."""
     return ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(offsets.items()))

@@ -49,7 +49,7 @@ from ..errors import StreamsException, TaskCorruptedException
 from .bounded_call import run_bounded
 from .committed_offsets import CommittedOffsetsReader
 from .input_buffers import InputBuffers
-from .offset_commits import InFlightCommit, OffsetCommits
+from .offset_commits import InFlightCommit, OffsetCommits, describe_offsets
 from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer
@@ -421,7 +421,7 @@ class StreamThread(threading.Thread):
             self.commit_total += 1
         elif last is not None and last.error is not None:
             log.warning("%s: the last offset commit (%s) failed at close: %s", self.name,
-                        ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(last.offsets.items())), last.error.str())
+                        describe_offsets(last.offsets), last.error.str())
 
     def _await_commit(self) -> None:
         """Before the last commit at close: wait for the at-least-once commit in flight
@@ -832,7 +832,7 @@ class StreamThread(threading.Thread):
             if changed:
                 if self._commits.pending is not None:
                     log.info("%s: commit of %s deferred: the commit of %s has not returned", self.name,
-                             ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(changed.items())), self._commits.describe())
+                             describe_offsets(changed), self._commits.describe())
                     self._commits.warn_if_overdue()
                     return
                 meta = frozenset(t.task_id for t in self.tasks.values() if t.processor_metadata_needs_commit)

@@ -133,7 +133,7 @@ class SegmentedBytesStore(BytesStore):
         elif self.keep_if is not None:
             # Kafka skips a put into an expired segment; the record cache may still read it
             self.retained.put(key, value)
-            if len(self.retained._data) >= 2 * max(self._retained_pruned_at, 1_000):
+            if self.retained.approximate_num_entries() >= 2 * max(self._retained_pruned_at, 1_000):
                 self._prune_retained()
 
     def _advance(self, min_live: int) -> None:
@@ -154,16 +154,16 @@ class SegmentedBytesStore(BytesStore):
 
     def _prune_retained(self) -> None:
         keep = self.keep_if
-        data = self.retained._data
-        for k in [k for k in data if keep is None or not keep(k)]:
-            del data[k]
-        self._retained_pruned_at = len(data)
+        retained = self.retained
+        for k in [k for k, _ in retained.range(None, None) if keep is None or not keep(k)]:
+            retained.put(k, None)
+        self._retained_pruned_at = retained.approximate_num_entries()
 
     def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key <= hi`` of every live segment (and the retained ones),
         merged in key order (descending if ``reverse``)."""
         its = [self._range(s, lo, hi, reverse) for s in self._segment_ids() if s >= self.min_live_segment]
-        if self.keep_if is not None and self.retained._data:
+        if self.keep_if is not None and self.retained.approximate_num_entries():
             its.append(self.retained.range(lo, hi, reverse))
         if len(its) == 1:
             return its[0]
@@ -179,7 +179,7 @@ class SegmentedBytesStore(BytesStore):
         for segment in self._segment_ids():
             if segment >= first and (last is None or segment <= last):
                 yield from self._range(segment, lo, hi, False)
-        if self.keep_if is not None and self.retained._data:
+        if self.keep_if is not None and self.retained.approximate_num_entries():
             yield from self.retained.range(lo, hi)
 
     def live_segments(self) -> list[int]:
