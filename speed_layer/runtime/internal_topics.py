@@ -37,8 +37,10 @@ __all__ = ["TopologyPlan", "plan_topology", "changelog_config", "REPARTITION_CON
 #: Kafka's ``windowstore.changelog.additional.retention.ms`` default (1 day, ms): added to a
 #: versioned store's history for ``min.compaction.lag.ms``
 ADDITIONAL_RETENTION_MS = 24 * 3600 * 1000
-#: repartition topics keep records until the application purges them (Kafka sets -1 too)
-REPARTITION_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
+#: Kafka's ``RepartitionTopicConfig``: records are kept until the application purges them
+#: (``retention.ms`` -1), in 50 MB segments so that a purge (``deleteRecords``) frees disk
+#: segment by segment rather than once a 1 GB segment is behind the purged offset
+REPARTITION_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "52428800"}
 
 
 def changelog_config(spec: StoreSpec) -> dict[str, str]:

@@ -64,7 +64,7 @@ def test_plan_follows_kafkas_partition_rules() -> None:
     assert "app-users-changelog" not in plan.changelogs
     assert plan.task_for("items", 5) is not None and plan.task_for("nope", 0) is None
     specs = {s.name: s for s in plan.topic_specs(1)}
-    assert specs["app-by-item-repartition"].config == {"cleanup.policy": "delete", "retention.ms": "-1"}
+    assert specs["app-by-item-repartition"].config == {"cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "52428800"}
 
 
 def test_plan_rejects_bad_partition_counts() -> None:
