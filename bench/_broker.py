@@ -15,12 +15,12 @@ from pathlib import Path
 @contextlib.contextmanager
 def bench_broker(bootstrap: str | None, work_dir: Path | None = None) -> Iterator[tuple[str, int | None]]:
     """Yield ``(bootstrap servers, broker pid)``: ``bootstrap`` and ``None`` when given, else
-    those of an :class:`~speed_layer.runtime.broker.EmbeddedKafka` (its log dir in
+    those of an :class:`~speed_layer.admin.EmbeddedKafka` (its log dir in
     ``work_dir``, default a temp dir of its own) started here and stopped on exit."""
     if bootstrap:
         yield bootstrap, None
         return
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     broker = EmbeddedKafka(work_dir)
     broker.start()

@@ -45,7 +45,7 @@ def _worker(mode: str, years: int, bootstrap: str | None) -> dict[str, float]:
             n += 1
     else:
         from pipelines.load import load
-        from speed_layer.runtime.admin import delete_topics
+        from speed_layer.admin import delete_topics
 
         assert bootstrap is not None
         prefix = f"bench-scale-{uuid.uuid4().hex[:6]}-"

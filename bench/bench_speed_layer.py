@@ -430,7 +430,7 @@ def main_kafka(a: argparse.Namespace) -> None:
     import statistics
     import tempfile
 
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     quix = _quix_python(a.quix_python)
     systems = {"quix": quix, "duet": sys.executable}

@@ -116,7 +116,7 @@ def _doomed(pipelines: list[Any], root: Path, servers: str | None) -> list[str]:
 def _existing_topics(pipeline: Any, servers: str) -> list[str]:
     """The topics of ``pipeline`` that ``reset_pipeline`` deletes and exist on ``servers``: its
     source, dead-letter and view topics, and the internal topics of earlier ``duet run`` s."""
-    from speed_layer.runtime.admin import admin_client
+    from speed_layer.admin import admin_client
 
     present = set(admin_client(servers).list_topics(timeout=10).topics)
     own = [*pipeline.input_topics, *([pipeline.dlq_topic] if pipeline.dlq_topic else []), *pipeline.view_names]

@@ -155,7 +155,7 @@ def cluster(bootstrap: str | None, console: Any, phases: Phases | None = None) -
             phases.kafka = (external, False)
         yield external, False
         return
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     with console.status("starting the embedded Kafka broker..."):
         broker = EmbeddedKafka()

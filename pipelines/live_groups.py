@@ -32,7 +32,7 @@ def pipeline_groups(pipeline: Pipeline, bootstrap: str, timeout_s: float = GROUP
         StreamsException: the groups cannot be listed (a ``TaskTimeoutException`` after
             ``timeout_s``).
     """
-    from speed_layer.runtime.admin import consumer_groups
+    from speed_layer.admin import consumer_groups
 
     runs = f"{pipeline.run_app_id_prefix}-"
     return [g for g in consumer_groups(bootstrap, timeout_s) if g == pipeline.service_app_id or g.startswith(runs)]
@@ -49,7 +49,7 @@ def check_not_running(pipeline: Pipeline, bootstrap: str, timeout_s: float = GRO
         StreamsException: the groups cannot be listed or described within ``timeout_s`` (the
             check cannot tell, so nothing may be deleted either).
     """
-    from speed_layer.runtime.admin import group_members
+    from speed_layer.admin import group_members
 
     listed = pipeline_groups(pipeline, bootstrap, timeout_s)
     members = group_members(bootstrap, listed, timeout_s)

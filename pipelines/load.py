@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from confluent_kafka import KafkaError, Message, Producer
 
 from pipelines.pipeline import Pipeline, Sample, SourceRecord
-from speed_layer.runtime.admin import ensure_topics
+from speed_layer.admin import ensure_topics
 
 __all__ = ["load", "produce_records", "produce_events", "encode_value", "LoadError", "PRODUCER_CONFIG"]
 

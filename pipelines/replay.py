@@ -65,7 +65,7 @@ def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
 
     from pipelines.load import PRODUCER_CONFIG, produce_records
     from pipelines.steps import source_topic_specs
-    from speed_layer.runtime.admin import ensure_topics
+    from speed_layer.admin import ensure_topics
 
     rep = reporter or NullReporter()
     ensure_topics(bootstrap, source_topic_specs(pipeline))

@@ -91,7 +91,7 @@ def state_root() -> Path:
 def source_topic_specs(pipeline: Pipeline, prefix: str = "") -> list[Any]:
     """A :class:`TopicSpec` per source topic and the dead-letter topic, as declared (names
     prefixed by ``prefix``)."""
-    from speed_layer.runtime.admin import TopicSpec
+    from speed_layer.admin import TopicSpec
 
     specs = [TopicSpec(prefix + s.topic, s.partitions, dict(s.config)) for s in pipeline.sources]
     if pipeline.dlq_topic:
@@ -102,14 +102,14 @@ def source_topic_specs(pipeline: Pipeline, prefix: str = "") -> list[Any]:
 def view_topic_specs(pipeline: Pipeline) -> list[Any]:
     """A :class:`TopicSpec` per view output topic (``retention.ms=-1``: windows as old as
     their data)."""
-    from speed_layer.runtime.admin import TopicSpec
+    from speed_layer.admin import TopicSpec
 
     return [TopicSpec(name, VIEW_TOPIC_PARTITIONS, dict(_KEEP_FOREVER)) for name in pipeline.view_names]
 
 
 def ensure_pipeline_topics(pipeline: Pipeline, bootstrap: str) -> None:
     """Create the source topics, the dead-letter topic and the view output topics if missing."""
-    from speed_layer.runtime.admin import ensure_topics
+    from speed_layer.admin import ensure_topics
 
     ensure_topics(bootstrap, [*source_topic_specs(pipeline), *view_topic_specs(pipeline)])
 
@@ -117,7 +117,7 @@ def ensure_pipeline_topics(pipeline: Pipeline, bootstrap: str) -> None:
 def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
     """Internal topics (changelog, repartition, foreign-key join subscription) of earlier
     ``duet run`` s of ``pipeline``."""
-    from speed_layer.runtime.admin import admin_client
+    from speed_layer.admin import admin_client
     from speed_layer.runtime.internal_topics import matches_internal_topic_format
 
     md = admin_client(bootstrap).list_topics(timeout=10)
@@ -130,7 +130,7 @@ def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
 def _delete_old_groups(pipeline: Pipeline, bootstrap: str, groups: Sequence[str]) -> None:
     """Best effort: delete the consumer groups of earlier ``duet run`` s of ``pipeline`` among
     ``groups``."""
-    from speed_layer.runtime.admin import admin_client
+    from speed_layer.admin import admin_client
 
     prefix = f"{pipeline.run_app_id_prefix}-"
     runs = [g for g in groups if g.startswith(prefix)]
@@ -172,7 +172,7 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
         StreamsException: the groups could not be listed or described; nothing deleted.
     """
     from pipelines.live_groups import check_not_running
-    from speed_layer.runtime.admin import delete_topics
+    from speed_layer.admin import delete_topics
 
     lake = Path(lake)
     dlq = (pipeline.dlq_topic,) if pipeline.dlq_topic else ()
@@ -262,7 +262,7 @@ def load_data(pipeline: Pipeline, bootstrap: str, limit: int | None = None,
 
 def input_record_count(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
     """Records in each input topic (sum of partition end offsets; topics start at 0)."""
-    from speed_layer.runtime.admin import end_offsets
+    from speed_layer.admin import end_offsets
 
     return {t: sum(end_offsets(bootstrap, t).values()) for t in topics}
 

@@ -25,7 +25,7 @@ _counter = itertools.count()
 def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap servers: ``$KAFKA_BOOTSTRAP_SERVERS`` when set, else ONE embedded broker
     started for the whole session (on first use) and stopped at its end."""
-    from speed_layer.runtime.broker import kafka_cluster
+    from speed_layer.admin import kafka_cluster
 
     with kafka_cluster() as bootstrap:
         yield bootstrap

@@ -56,7 +56,7 @@ def run(broker: object, records: int, pause_s: float, state_dir: Path,
     from confluent_kafka import Producer
 
     from speed_layer import Consumed, KafkaStreams, Materialized, Produced, Serdes, StreamsBuilder
-    from speed_layer.runtime.admin import TopicSpec, ensure_topics
+    from speed_layer.admin import TopicSpec, ensure_topics
 
     bootstrap = broker.bootstrap_servers  # type: ignore[attr-defined]
     name = f"fault-outage-{uuid.uuid4().hex[:8]}"
@@ -126,7 +126,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=40_000)
     parser.add_argument("--guarantee", choices=("exactly_once_v2", "at_least_once"), default="exactly_once_v2")
     args = parser.parse_args()
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     with tempfile.TemporaryDirectory(prefix="duet-outage-") as tmp, EmbeddedKafka(Path(tmp) / "kafka") as broker:
         report = run(broker, args.records, args.pause_s, Path(tmp) / "state", args.guarantee)

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.faults.cluster_faults [--guarantee exactly_once_v2] [--faults all]
     .venv/bin/python -m bench.faults.cluster_faults --soak-minutes 10 [--guarantee at_least_once]
 
-An :class:`~speed_layer.runtime.cluster.EmbeddedKafkaCluster` of three KRaft nodes runs every
+An :class:`~speed_layer.admin.EmbeddedKafkaCluster` of three KRaft nodes runs every
 topic with replication factor 3 and ``min.insync.replicas`` 2 (the internal topics too:
 duet's ``replication.factor`` is Kafka's -1, the broker's default). Two speed-layer
 instances (OS processes of one ``application.id``, one standby replica) count records per
@@ -120,7 +120,7 @@ class _Run:
     """The cluster, the application's instances and the load of one run."""
 
     def __init__(self, cluster: Any, guarantee: str, work_dir: Path, instances: int, rate: float, seed: int) -> None:
-        from speed_layer.runtime.admin import TopicSpec, ensure_topics
+        from speed_layer.admin import TopicSpec, ensure_topics
 
         self.cluster = cluster
         self.bootstrap: str = cluster.bootstrap_servers
@@ -168,7 +168,7 @@ class _Run:
     # ------------------------------------------------------------------ faults
     def inject(self, kind: str, down_s: float) -> Fault:
         """Inject one fault, wait until the brokers are back, and measure its recovery."""
-        from speed_layer.runtime.admin import end_offsets
+        from speed_layer.admin import end_offsets
 
         before = _retrying(lambda: end_offsets(self.bootstrap, f"{self.name}-in"), timeout_s=120)
         fault = Fault(kind, "", time.monotonic() - self.started)
@@ -326,7 +326,7 @@ def main() -> int:
     unknown = sorted(set(faults) - set(SOAK_FAULTS))
     if unknown:
         parser.error(f"unknown faults {unknown}; choose from {', '.join(SOAK_FAULTS)}")
-    from speed_layer.runtime.cluster import EmbeddedKafkaCluster
+    from speed_layer.admin import EmbeddedKafkaCluster
 
     with tempfile.TemporaryDirectory(prefix="duet-cluster-faults-") as tmp:
         with EmbeddedKafkaCluster(3, Path(tmp) / "cluster") as cluster:

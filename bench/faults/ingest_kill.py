@@ -50,7 +50,7 @@ def produce(bootstrap: str, topic: str, records: int, seed: int = 7) -> None:
     """Create ``topic`` (4 partitions) and produce ``records`` random records into it."""
     from confluent_kafka import Producer
 
-    from speed_layer.runtime.admin import TopicSpec, ensure_topics
+    from speed_layer.admin import TopicSpec, ensure_topics
 
     ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS, {"retention.ms": "-1"})])
     rng = random.Random(seed)
@@ -180,7 +180,7 @@ def main() -> int:
     import tempfile
     import uuid
 
-    from speed_layer.runtime.broker import kafka_cluster
+    from speed_layer.admin import kafka_cluster
 
     topic = args.topic or f"fault-ingest-{uuid.uuid4().hex[:8]}"
     lake = Path(args.lake or tempfile.mkdtemp(prefix="duet-fault-")) / "lake"

@@ -113,7 +113,7 @@ def committed_input(bootstrap: str, name: str) -> dict[int, int] | None:
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from speed_layer.runtime.admin import topic_partitions
+    from speed_layer.admin import topic_partitions
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False,
                          "logger": QUIET})
@@ -129,7 +129,7 @@ def committed_input(bootstrap: str, name: str) -> dict[int, int] | None:
 
 def input_lag(bootstrap: str, name: str) -> int | None:
     """Records of the input not yet committed by the group (None: unknown)."""
-    from speed_layer.runtime.admin import end_offsets
+    from speed_layer.admin import end_offsets
 
     committed = committed_input(bootstrap, name)
     try:
@@ -192,7 +192,7 @@ def run(bootstrap: str, kills: int, guarantee: str, work_dir: Path, rate: float 
     """See the module docstring; ``bootstrap``: a running broker."""
     from confluent_kafka import Producer
 
-    from speed_layer.runtime.admin import TopicSpec, ensure_topics
+    from speed_layer.admin import TopicSpec, ensure_topics
 
     name = f"fault-kill-{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, [TopicSpec(f"{name}-in", PARTITIONS), TopicSpec(f"{name}-out", PARTITIONS)])
@@ -267,7 +267,7 @@ def main() -> int:
     if args.worker:
         worker(args.bootstrap, args.name, args.state_dir, args.guarantee)
         return 0
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     with tempfile.TemporaryDirectory(prefix="duet-kill-") as tmp, EmbeddedKafka(Path(tmp) / "kafka") as broker:
         report = run(broker.bootstrap_servers, args.kills, args.guarantee, Path(tmp), args.rate, seed=args.seed)

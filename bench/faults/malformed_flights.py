@@ -109,7 +109,7 @@ def _produce(bootstrap: str, records: list[tuple[str, bytes | None, bytes]]) -> 
 def _read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from speed_layer.runtime.admin import end_offsets
+    from speed_layer.admin import end_offsets
 
     ends = {p: e for p, e in end_offsets(bootstrap, topic).items() if e > 0}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "duet-fault-dlq", "enable.auto.commit": False})
@@ -171,7 +171,7 @@ def main() -> int:
     parser.add_argument("--flights", type=int, default=20_000, help="good flights (the first N of 2013)")
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
-    from speed_layer.runtime.broker import kafka_cluster
+    from speed_layer.admin import kafka_cluster
 
     lake = Path(tempfile.mkdtemp(prefix="duet-fault-")) / "lake"
     with contextlib.nullcontext(args.bootstrap) if args.bootstrap else kafka_cluster() as bootstrap:

@@ -24,7 +24,7 @@ def committed_values(bootstrap: str, topic: str, timeout_s: float = 120) -> dict
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from speed_layer.runtime.admin import end_offsets
+    from speed_layer.admin import end_offsets
 
     ends = end_offsets(bootstrap, topic, committed_only=True)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}",

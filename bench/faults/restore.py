@@ -58,7 +58,7 @@ class RestoreReport:
 def _produce(bootstrap: str, topic: str, records: int) -> None:
     from confluent_kafka import Producer
 
-    from speed_layer.runtime.admin import TopicSpec, ensure_topics
+    from speed_layer.admin import TopicSpec, ensure_topics
 
     ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS, {"retention.ms": "-1"})])
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 500_000})
@@ -125,7 +125,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
-    from speed_layer.runtime.broker import kafka_cluster
+    from speed_layer.admin import kafka_cluster
 
     state_dir = Path(tempfile.mkdtemp(prefix="duet-restore-"))
     try:

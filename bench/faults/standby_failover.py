@@ -70,7 +70,7 @@ def run(bootstrap: str, records: int, standby_replicas: int, work_dir: Path, tim
     from confluent_kafka import Producer
 
     from speed_layer import KafkaStreams
-    from speed_layer.runtime.admin import TopicSpec, ensure_topics
+    from speed_layer.admin import TopicSpec, ensure_topics
 
     name = f"fault-standby-{uuid.uuid4().hex[:8]}"
     topic = f"{name}-in"
@@ -131,7 +131,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     args = parser.parse_args()
-    from speed_layer.runtime.broker import EmbeddedKafka
+    from speed_layer.admin import EmbeddedKafka
 
     reports = []
     with tempfile.TemporaryDirectory(prefix="duet-standby-") as tmp, EmbeddedKafka(Path(tmp) / "kafka") as broker:

@@ -130,7 +130,7 @@ def kafka_new_data(p: Pipeline, bootstrap: str, lake: str | Path, *, read_days: 
             answering while the records are read.
     """
     from batch_layer.ingest import archived_offsets
-    from speed_layer.runtime.admin import TopicError, end_offsets
+    from speed_layer.admin import TopicError, end_offsets
 
     out = NewData()
     decoders = topic_decoders(p) if read_days else {}

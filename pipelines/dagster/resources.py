@@ -244,7 +244,7 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 return configured
             if self._stack is None:
                 raise RuntimeError("no Kafka cluster: set bootstrap_servers or $KAFKA_BOOTSTRAP_SERVERS")
-            from speed_layer.runtime.broker import EmbeddedKafka
+            from speed_layer.admin import EmbeddedKafka
 
             broker = self._stack.enter_context(EmbeddedKafka())
             if self._log is not None:

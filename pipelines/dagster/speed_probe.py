@@ -152,7 +152,7 @@ def consumer_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from speed_layer.runtime.admin import end_offsets
+    from speed_layer.admin import end_offsets
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "client.id": f"duet-lag-{uuid.uuid4().hex[:6]}"})

@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from speed_layer.runtime.admin import end_offsets
+from speed_layer.admin import end_offsets
 
 
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 30) -> list[Message]:

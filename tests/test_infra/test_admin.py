@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from speed_layer.runtime.admin import (
+from speed_layer.admin import (
     TopicError,
     TopicMismatchError,
     TopicSpec,

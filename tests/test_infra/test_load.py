@@ -10,7 +10,7 @@ import pytest
 from pipelines.examples.flights import pipeline as flights
 from pipelines.examples.flights.data import TABLE_TIMESTAMP_MS, flight_records
 from pipelines.load import load
-from speed_layer.runtime.admin import delete_topics, end_offsets, topic_partitions
+from speed_layer.admin import delete_topics, end_offsets, topic_partitions
 
 from .kafka_util import java_murmur2_partition, read_topic
 

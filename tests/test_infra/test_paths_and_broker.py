@@ -10,8 +10,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from speed_layer.runtime import paths
-from speed_layer.runtime.admin import TopicSpec, delete_topics, ensure_topics
-from speed_layer.runtime.broker import (
+from speed_layer.admin import TopicSpec, delete_topics, ensure_topics
+from speed_layer.admin import (
     BrokerStartError,
     EmbeddedKafka,
     KafkaJarsMissingError,

@@ -276,7 +276,7 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
 
 def _topics(service: Service) -> dict[str, int | None]:
     """The partitions of the service's source and view topics (None: no such topic)."""
-    from speed_layer.runtime.admin import topic_partitions
+    from speed_layer.admin import topic_partitions
 
     return {t: topic_partitions(service.bootstrap, t) for t in (*service.pipeline.input_topics, *service.pipeline.view_names)}
 

@@ -30,7 +30,7 @@ class RuntimeKit:
 
     def topics(self, **partitions: int) -> dict[str, str]:
         """Create topics ``{short: partitions}`` (``retention.ms=-1``); returns short -> name."""
-        from speed_layer.runtime.admin import TopicSpec, ensure_topics
+        from speed_layer.admin import TopicSpec, ensure_topics
 
         names = {k.replace("_", "-"): self.name(k.replace("_", "-")) for k in partitions}
         ensure_topics(self.bootstrap, [TopicSpec(names[k.replace("_", "-")], n, {"retention.ms": "-1"}) for k, n in partitions.items()])
@@ -54,7 +54,7 @@ class RuntimeKit:
         """Every record of ``topic`` up to its end offsets (messages, partition order)."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        from speed_layer.runtime.admin import end_offsets
+        from speed_layer.admin import end_offsets
 
         ends = end_offsets(self.bootstrap, topic, committed_only=read_committed)
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"reader-{uuid.uuid4().hex}", "enable.auto.commit": False,

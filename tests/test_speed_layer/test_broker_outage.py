@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.faults.broker_outage import run
-from speed_layer.runtime.broker import EmbeddedKafka
+from speed_layer.admin import EmbeddedKafka
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(900)]
 

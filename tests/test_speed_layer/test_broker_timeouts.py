@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from speed_layer import KafkaStreams, StreamsBuilder, StreamsConfig
 from speed_layer.errors import ConfigException, StreamsException, TaskTimeoutException
-from speed_layer.runtime.admin import TopicSpec, ensure_topics
+from speed_layer.admin import TopicSpec, ensure_topics
 from speed_layer.runtime.global_state import GlobalStateUpdater
 from speed_layer.runtime.record_collector import PartitionCounts
 from speed_layer.runtime.restore import ChangelogRestorer, StateDirectory

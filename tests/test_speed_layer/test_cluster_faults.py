@@ -29,8 +29,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.faults.cluster_faults import describe, run
-from speed_layer.runtime.admin import TopicSpec, ensure_topics
-from speed_layer.runtime.cluster import EmbeddedKafkaCluster
+from speed_layer.admin import TopicSpec, ensure_topics
+from speed_layer.admin import EmbeddedKafkaCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,8 +25,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from speed_layer import KafkaStreams, StreamsBuilder
-from speed_layer.runtime.admin import TopicSpec, ensure_topics
-from speed_layer.runtime.broker import EmbeddedKafka
+from speed_layer.admin import TopicSpec, ensure_topics
+from speed_layer.admin import EmbeddedKafka
 from speed_layer.runtime.offset_commits import COMMIT_GRACE_S
 from tests.test_infra.kafka_util import read_topic
 

@@ -15,7 +15,6 @@ import threading
 import time
 from datetime import timedelta
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 
 from speed_layer import Consumed, KafkaStreams, Materialized, Serdes, StreamsBuilder, TimeWindows
-from speed_layer.runtime.admin import TopicSpec, ensure_topics
+from speed_layer.admin import TopicSpec, ensure_topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(600)]
 

@@ -105,7 +105,7 @@ def test_graceful_stop_mid_stream_restart_and_restore_from_changelog(runtime_kit
 
 
 def test_reset_application_reprocesses_from_scratch(runtime_kit: Any) -> None:
-    from speed_layer.runtime.admin import topic_partitions
+    from speed_layer.admin import topic_partitions
     from speed_layer.runtime.kafka_streams import reset_application
 
     kit = runtime_kit
