@@ -121,7 +121,7 @@ def _run_instances(instances: int | None, backlog: bool) -> int:
 _RUN_LAKE_KEPT = {
     "reset": "the previous run's tables may be partly deleted",
     "load": "the previous run's tables were deleted",
-    "speed": "the previous run's tables were deleted",
+    "speed": "the previous run's tables were deleted; raw tables and batch views begun meanwhile are incomplete",
     "ingest": "the raw tables archived so far are kept",
     "batch": "the raw tables are kept, the batch views are incomplete",
     "publish": "the raw tables and the batch views are kept, the serving views are incomplete",

@@ -440,6 +440,9 @@ class BatchStats:
     watermark_ms: int | None = None
     rows: dict[str, int] = field(default_factory=dict)
     dropped: int = 0
+    #: the inputs were archived and recomputed while the speed layer ran (``duet run`` on a
+    #: backlog), not after it
+    during_speed: bool = False
 
 
 def ingest(

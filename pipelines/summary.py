@@ -40,7 +40,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         head.add_row("join expirations", f"[yellow]{s.expired_join_drops:,}[/] records a stream-stream join's window "
                      "store dropped as expired (their join results are missing; raise the join's grace)")
     head.add_row("dead-lettered", f"{s.dead_lettered:,}")
-    head.add_row("batch layer", f"{b.seconds:.1f} s  (ingest {b.ingest_seconds:.1f} s, "
+    during = ", during the speed phase" if b.during_speed else ""
+    head.add_row("batch layer", f"{b.seconds:.1f} s{during}  (ingest {b.ingest_seconds:.1f} s, "
                  f"{sum(b.ingested.values()):,} records archived)")
     head.add_row("application.id", s.application_id)
     head.add_row("phases", ", ".join(f"{k} {v:.1f} s" for k, v in summary.phase_seconds.items()))

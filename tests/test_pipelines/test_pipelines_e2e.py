@@ -94,3 +94,14 @@ def test_a_second_run_on_the_same_lake_and_broker_is_consistent(runs: list[tuple
     assert first["application_id"] != second["application_id"]
     for key in ("records_in", "windows", "checks", "agreement", "ingested", "highlights"):
         assert first[key] == second[key], key
+
+
+def test_the_batch_layer_runs_during_the_speed_phase(runs: list[tuple[Any, dict[str, Any]]]) -> None:
+    """On a loaded backlog the inputs are archived and recomputed while the speed layer runs;
+    the dead-letter topic, which the speed layer writes, is archived after it."""
+    proc, summary = runs[0]
+    assert summary["batch_during_speed"] is True, proc.stderr[-3000:]
+    assert set(summary["ingested"]) == {*flights.input_topics, flights.dlq_topic}
+    assert summary["ingested"]["flights"] == LIMIT
+    assert list(summary["phase_seconds"]) == ["reset", "load", "speed", "ingest", "batch", "publish", "checks",
+                                              "agreement"]
