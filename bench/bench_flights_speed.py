@@ -61,6 +61,7 @@ def _worker(bootstrap: str, instances: int = 1) -> None:
     stats = run_speed(pipeline, bootstrap, instances=instances)
     print(json.dumps({
         "instances": stats.metrics.get("instances", []),
+        "application_id": stats.application_id,
         "seconds": stats.seconds,
         "records_in": stats.records_in,
         "late": stats.dropped_late,
