@@ -63,7 +63,7 @@ def run(
     of the same lake fails at once, naming it). A pipeline without sample data runs on what
     its topics hold. --scale N (alias --years N) loads N copies of the sample (the flights: N
     years), --limit then cuts each copy. The speed layer runs as one process
-    (--instances N: N processes of one application, the consumer group splitting the tasks). Exit code 0 only if every check passed and speed and
+    (--instances N: N processes of one application, each running whole stages of the topology). Exit code 0 only if every check passed and speed and
     batch agree on every closed window (windows touched by records dropped as late excepted);
     1 otherwise; 2 if a phase failed; 130 on Ctrl-C (one line: the phase interrupted and what
     is kept).
@@ -218,7 +218,8 @@ def speed(
     with interactive queries, health and Prometheus metrics. With an embedded broker the
     pipeline's sample data is replayed into it live while the speed layer runs (with
     --instances N > 1: loaded first, then caught up on as a backlog). --instances N: N
-    processes of the application, the group splitting the tasks; a service with --server is
+    processes of the application, each running whole stages (sub-topologies) placed by their
+    cost measured in the pipeline's last run (docs/instances.md); a service with --server is
     one process (start one `duet speed --follow --server` per instance: they share the
     application id and forward each key's query to its owner)."""
     setup_logging(verbose)

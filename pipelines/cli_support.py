@@ -88,8 +88,9 @@ ScaleOpt = Annotated[
 
 InstancesOpt = Annotated[
     Optional[int], typer.Option("--instances", min=1, metavar="N",
-                                help="Run the speed layer as N processes of one application (the consumer group "
-                                "splits its tasks; one progress display; Ctrl-C stops them all). Default 1.", show_default=False)
+                                help="Run the speed layer as N processes of one application, each running whole "
+                                "sub-topologies placed by their cost (one progress display; Ctrl-C stops them all). "
+                                "Default 1.", show_default=False)
 ]
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a "

@@ -157,6 +157,8 @@ class RunSummary:
             "records_in_by_topic": self.records_in_by_topic,
             "speed_mode": self.speed.mode,
             "speed_instances": self.speed.instances,
+            "speed_placement": self.speed.placement,
+            "speed_subtopology_seconds": {str(k): round(v, 2) for k, v in sorted(self.speed.subtopology_seconds.items())},
             "speed_lag_s": None if self.speed.lag_s is None else round(self.speed.lag_s, 3),
             "speed_latency_s": {k: None if v is None else round(v, 3) for k, v in self.speed.latency_s.items()},
             "speed_seconds": round(self.speed.seconds, 2),

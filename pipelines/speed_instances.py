@@ -3,9 +3,10 @@ speed --instances N``): both cores of a machine, where one Python process is bou
 its GIL.
 
 Each instance is a child process running the pipeline's topology on its own ``KafkaStreams``
-(its own state folder) under the run's ``application.id``: the consumer group splits the
-tasks among them and moves them when one joins or leaves, as for instances on several
-machines (docs/instances.md). This process only supervises:
+(its own state folder) under the run's ``application.id``. Each runs whole sub-topologies,
+placed by their cost (:mod:`pipelines.placement`, the streams config
+``instance.subtopologies``): the consumer group gives it their tasks, and the instances run
+the pipeline's stages side by side (docs/instances.md). This process only supervises:
 
 * **Caught up** when every instance says so: each waits as
   ``KafkaStreams.wait_until_caught_up`` does, for its own partitions through its stream
@@ -51,6 +52,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pipelines.pipeline import Pipeline, PipelineError
+from pipelines.placement import Placement, load_costs, place_subtopologies
 from pipelines.progress import NullReporter, Reporter
 from pipelines.speed_service import LateRecord, SpeedLayerFailed, SpeedStats
 
@@ -154,30 +156,33 @@ class InstanceGroup:
     stopped by :meth:`stop` (see the module docstring)."""
 
     def __init__(self, pipeline: Pipeline, bootstrap: str, application_id: str, root: Path, instances: int,
-                 extra: Mapping[str, Any] | None = None, verbose: bool = False) -> None:
+                 extra: Mapping[str, Any] | None = None, verbose: bool = False,
+                 placement: Placement | None = None) -> None:
         self.pipeline = pipeline
         self.reference = pipeline_reference(pipeline)
         self.bootstrap = bootstrap
         self.application_id = application_id
         self.root = root
-        self.count = instances
+        #: the sub-topologies of each instance (None: every instance runs every one)
+        self.placement = placement
+        self.count = instances if placement is None else len(placement.instances)
         self.extra = dict(extra or {})
         self.verbose = verbose
         self.instances: list[_Instance] = []
 
     def start(self, timeout_s: float = 300.0) -> None:
         """Spawn the instances (each in a process group of its own: Ctrl-C is this process'),
-        wait until each is ready (imported, its topology built), start the first, and the
-        others together once the first runs.
+        wait until each is ready (imported, its topology built), then start them.
 
-        Why the first alone: a sub-topology's tasks split over instances that catch up on a
-        backlog write their records into a repartition topic at each instance's own pace in
-        event time; the one behind writes records that are late for the windows downstream
-        (stream time was moved on by the other's), and the speed layer drops them (Kafka
-        Streams does the same; measured on 2 x 1,500 flights: 34,963 drops instead of 122).
-        Started alone, the first instance owns every task; the others' joining moves only what
-        balancing the group needs (the sticky assignor), which in the runs measured kept each
-        source sub-topology whole. Nothing guarantees it: docs/instances.md.
+        Placed (:attr:`placement`), they start by stage depth: an instance once those
+        running the stages upstream of it run, so that it begins on a backlog of their
+        output (:mod:`pipelines.placement`). Unplaced, the first starts alone and the others
+        once it runs: a sub-topology's tasks split over instances that catch up on a backlog
+        write into a repartition topic at each instance's own pace in event time, and the
+        windows downstream drop the slower one's records as late (measured on 2 x 1,500
+        flights: 34,963 drops instead of 122). Started alone, the first owns every task, and
+        the others' joining moves only what balancing the group needs (the sticky assignor);
+        nothing guarantees that a sub-topology stays whole: docs/instances.md.
 
         Raises:
             TimeoutError: an instance was not ready, or the first not running, within
@@ -189,9 +194,12 @@ class InstanceGroup:
             state_dir = self.root / f"{self.application_id}-i{i + 1}"
             state_dir.mkdir(parents=True, exist_ok=True)
             log = state_dir / "instance.log"
+            extra = dict(self.extra)
+            if self.placement is not None:
+                extra["instance.subtopologies"] = list(self.placement.instances[i])
             cmd = [sys.executable, "-m", "pipelines.speed_instances", "--pipeline", self.reference,
                    "--name", self.pipeline.name, "--bootstrap", self.bootstrap, "--application-id",
-                   self.application_id, "--state-dir", str(state_dir), "--extra", json.dumps(self.extra)]
+                   self.application_id, "--state-dir", str(state_dir), "--extra", json.dumps(extra)]
             if self.verbose:
                 cmd.append("--verbose")
             with open(log, "ab") as err:
@@ -207,13 +215,17 @@ class InstanceGroup:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"speed layer instances not ready after {timeout_s:.0f} s")
             self.wait(0.2)
-        first, others = self.instances[0], self.instances[1:]
-        self._send(b"start\n", [first])
-        while not first.running:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"speed layer {first.name} not running after {timeout_s:.0f} s")
-            self.wait(0.1)
-        self._send(b"start\n", others)
+        depths = self.placement.depths if self.placement is not None else (0,) + (1,) * (self.count - 1)
+        for depth in sorted(set(depths)):
+            level = [inst for inst, d in zip(self.instances, depths) if d == depth]
+            self._send(b"start\n", level)
+            if depth == max(depths):
+                break
+            while not all(inst.running for inst in level):
+                if time.monotonic() > deadline:
+                    names = ", ".join(inst.name for inst in level if not inst.running)
+                    raise TimeoutError(f"speed layer {names} not running after {timeout_s:.0f} s")
+                self.wait(0.1)
 
     def _send(self, command: bytes, instances: list[_Instance]) -> None:
         for inst in instances:
@@ -399,7 +411,11 @@ def run_speed_instances(
             :data:`INTERRUPT_GRACE_S`).
     """
     rep = reporter or NullReporter()
-    group = InstanceGroup(pipeline, bootstrap, application_id, root, instances, extra, verbose)
+    placement = place_subtopologies(pipeline.build_topology(), instances, load_costs(root, pipeline.name))
+    stats.instances = len(placement.instances)
+    stats.placement = [list(subs) for subs in placement.instances]
+    log.info("%s: %s", pipeline.name, placement.describe())
+    group = InstanceGroup(pipeline, bootstrap, application_id, root, instances, extra, verbose, placement)
     t0 = time.monotonic()
     ok = False
     try:

@@ -178,6 +178,10 @@ class SpeedStats:
             it; empty in backlog mode.
         mode: ``"replay"`` (live stream at the speed layer's pace) or ``"backlog"``.
         instances: processes of the application that ran it (:mod:`pipelines.speed_instances`).
+        placement: with several instances, the sub-topology ids each ran
+            (:mod:`pipelines.placement`); empty with one.
+        subtopology_seconds: seconds each sub-topology's tasks were active (processing and
+            committing), summed over tasks and instances: the costs of the next placement.
         dropped_late: records (per window) dropped as late by the aggregations.
         dropped: all dropped records (late, null keys...).
         expired_join_drops: records a stream-stream join's window store dropped as expired
@@ -198,6 +202,8 @@ class SpeedStats:
     latency_s: dict[str, float | None] = field(default_factory=dict)
     mode: str = "backlog"
     instances: int = 1
+    placement: list[list[int]] = field(default_factory=list)
+    subtopology_seconds: dict[int, float] = field(default_factory=dict)
     dropped_late: int = 0
     dropped: int = 0
     expired_join_drops: int = 0

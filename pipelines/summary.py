@@ -31,7 +31,10 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     head.add_column("")
     head.add_row("records in", f"{summary.records_in:,}  (" + ", ".join(
         f"{t} {n:,}" for t, n in summary.records_in_by_topic.items()) + ")")
-    instances = f" ({s.instances} instances)" if s.instances > 1 else ""
+    instances = ""
+    if s.instances > 1:
+        placed = "; ".join(f"{', '.join(str(i) for i in subs)}" for subs in s.placement)
+        instances = f" ({s.instances} instances, sub-topologies {placed})" if placed else f" ({s.instances} instances)"
     head.add_row("speed layer", f"{s.records_per_s:,.0f} records/s over {s.seconds:.1f} s{instances}, end-to-end lag "
                  f"{lag}")
     head.add_row("dropped as late", f"{s.dropped_late:,} record-window updates (Kafka's dropped-records; "

@@ -115,6 +115,12 @@ class StreamsConfig(BaseModel):
     python_gc_thresholds: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
         (10_000, 10, 100), alias="python.gc.thresholds"
     )
+    #: duet's own key: the ids of the sub-topologies (``Topology.describe()``) whose tasks
+    #: this instance runs; None (the default) runs all. An instance subscribes only to
+    #: those sub-topologies' lead topics, so the group gives it only their tasks (and the
+    #: others to instances that run them). Used to place whole stages of a pipeline on
+    #: different processes (``pipelines.speed_instances``); as an int list or ``"0,3"``
+    instance_subtopologies: tuple[int, ...] | None = Field(None, alias="instance.subtopologies")
     client_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("default_timestamp_extractor", mode="before")
@@ -136,6 +142,20 @@ class StreamsConfig(BaseModel):
     def _parse_thresholds(cls, v: Any) -> Any:
         if isinstance(v, str):
             return None if v.strip().lower() in ("", "none") else [x.strip() for x in v.split(",")]
+        return v
+
+    @field_validator("instance_subtopologies", mode="before")
+    @classmethod
+    def _parse_subtopologies(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return None if v.strip().lower() in ("", "none", "all") else [x.strip() for x in v.split(",")]
+        return v
+
+    @field_validator("instance_subtopologies")
+    @classmethod
+    def _some_subtopologies(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and not v:
+            raise ValueError("must name at least one sub-topology id (or be None: all)")
         return v
 
     @classmethod

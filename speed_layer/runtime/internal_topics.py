@@ -101,10 +101,13 @@ class TopologyPlan:
         n = self.task_counts[subtopology_id]
         return min(t for t in topics if self.partitions.get(t) == n)
 
-    def lead_topics(self) -> list[str]:
+    def lead_topics(self, subtopologies: Iterable[int] | None = None) -> list[str]:
         """The topics the stream threads subscribe to: one lead topic per sub-topology
-        (see :meth:`lead_topic`)."""
-        return sorted(self.lead_topic(sid) for sid in self.sources if sid in self.task_counts)
+        (see :meth:`lead_topic`), of ``subtopologies`` only when given (the config
+        ``instance.subtopologies``)."""
+        wanted = None if subtopologies is None else set(subtopologies)
+        return sorted(self.lead_topic(sid) for sid in self.sources
+                      if sid in self.task_counts and (wanted is None or sid in wanted))
 
     def task_of_lead(self, topic: str, partition: int) -> str | None:
         """The task a partition of a lead topic stands for (None for another topic)."""

@@ -103,6 +103,12 @@ class KafkaStreams:
                 raise ConfigException(f"{key}=dead_letter requires errors.dead.letter.queue.topic.name (the dead-letter topic)")
         if not topology.source_topics():
             raise TopologyException("Topology has no stream threads and no global threads: add a source first")
+        if cfg.instance_subtopologies is not None:
+            task_subs = sorted(sub.id for sub in topology.subtopologies() if sub.source_topics)
+            unknown = sorted(set(cfg.instance_subtopologies) - set(task_subs))
+            if unknown:
+                raise ConfigException(f"instance.subtopologies={list(cfg.instance_subtopologies)}: no sub-topology {unknown} "
+                                      f"with tasks in this topology; allowed ids: {task_subs}")
         self.topology = topology
         #: Kafka: commit.interval.ms defaults to 100 ms under exactly-once, 30000 ms otherwise
         self.commit_interval_ms = cfg.commit_interval_ms if ("commit_interval_ms" in cfg.model_fields_set or not cfg.exactly_once) else 100
@@ -626,7 +632,8 @@ class KafkaStreams:
         :data:`METRICS_WINDOW_S`; NaN without one, as Kafka), its main consumer's
         ``client-id``, and ``tasks``, its own tasks' counters (``{task id: {counter:
         value}}``, the counters of ``tasks`` before the client sums them: ``process``,
-        ``dropped-records``, ``dropped-records-late``, ``restored-records``...), and
+        ``dropped-records``, ``dropped-records-late``, ``restored-records``, ``active-time-ns``:
+        wall-clock ns the thread spent processing and committing the task...), and
         ``stores``: ``{task id: {store: {metric: value}}}``, Kafka's RocksDB property
         metrics (KIP-607: ``estimate-num-keys``, and for RocksDB stores
         ``size-all-mem-tables``, ``total-sst-files-size``, ``estimate-live-data-size`` in

@@ -54,7 +54,7 @@ from .readiness import Readiness
 from .record_collector import KafkaRecordCollector
 from .restore import ChangelogRestorer
 from .task import Metrics
-from .task_executor import TaskExecutor
+from .task_executor import ACTIVE_TIME_NS, TaskExecutor
 from .task_manager import TaskManager
 from .task_timeout import TaskTimeout
 
@@ -341,7 +341,7 @@ class StreamThread(threading.Thread):
             self._set_state("STARTING")
             self._setup_clients()
             assert self.consumer is not None
-            topics = self.plan.lead_topics()
+            topics = self.plan.lead_topics(self.config.instance_subtopologies)
             self.consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
             while not self._stopping.is_set():
                 try:
@@ -779,7 +779,9 @@ class StreamThread(threading.Thread):
         self._maybe_begin()
         offsets: dict[TP, int] = {}
         for task in self.tasks.values():
+            started = time.perf_counter_ns()
             offsets.update(task.commit())
+            task.metrics.inc(task.task_id, ACTIVE_TIME_NS, time.perf_counter_ns() - started)
         drained = [TopicPartition(t, p) for (t, p), task in self.tp_task.items() if task.buffered_in(t, p) == 0 and not self.inputs.holds((t, p))]
         if drained:
             # past transaction markers: commit the position when nothing is buffered (Kafka does too)

@@ -19,9 +19,13 @@ if TYPE_CHECKING:
     from .readiness import Readiness
     from .task import StreamTask
 
-__all__ = ["TaskExecutor", "MAX_RECORDS_PER_LOOP"]
+__all__ = ["TaskExecutor", "MAX_RECORDS_PER_LOOP", "ACTIVE_TIME_NS"]
 
 TP = tuple[str, int]
+#: task counter: wall-clock ns the stream thread spent on the task, processing its records
+#: (cache evictions included) and flushing it at commits; over the elapsed time it is
+#: Kafka's task-level ``active-process-ratio`` (KIP-444), commits included
+ACTIVE_TIME_NS = "active-time-ns"
 #: records processed between two polls of the consumer
 MAX_RECORDS_PER_LOOP = 1000
 
@@ -71,6 +75,7 @@ class TaskExecutor:
                     break
                 continue
             self.begin()
+            started = time.perf_counter_ns()
             # a run of the task's records up to the next task's head while it stays ready:
             # none of its buffers runs dry (process_run stops there) and, for a task reading
             # partitions this thread sends to, its head stays within the records that would
@@ -88,6 +93,7 @@ class TaskExecutor:
                 n += 1
             else:
                 n += task.process_run(until, max_records - n)
+            task.metrics.inc(task.task_id, ACTIVE_TIME_NS, time.perf_counter_ns() - started)
             readiness.processed(task.task_id)
             # a buffer that ran dry takes the records held for its partition: they come
             # before anything the other tasks may process next

@@ -37,6 +37,12 @@ def test_two_small_years_on_two_instances_agree(kafka_bootstrap: str, spark: obj
     summary = run_main_job(flights, kafka_bootstrap, RunOptions(lake=lake, load=False, instances=2),
                            spark_factory=lambda: spark)
     assert summary.speed.instances == 2
+    # each stage whole on one instance (pipelines.placement); its cost measured for the next run
+    assert sorted(sid for subs in summary.speed.placement for sid in subs) == [0, 1, 3, 4], summary.speed.placement
+    assert set(summary.speed.subtopology_seconds) == {0, 1, 3, 4}
+    # the group left to split the source stage over both instances dropped 34,963 records
+    # as late here, one instance 122 (docs/instances.md)
+    assert summary.speed.dropped_late < 1_000, summary.speed.dropped_late
     threads = summary.speed.metrics["threads"]  # each instance's stream thread
     assert {t.split("/")[0] for t in threads} == {"instance-1", "instance-2"}, list(threads)
     assert summary.records_in_by_topic["flights"] == 2 * LIMIT

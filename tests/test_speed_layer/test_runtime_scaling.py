@@ -2,6 +2,7 @@
 stops, the other takes its tasks over and restores their stores from the changelogs."""
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -61,3 +62,40 @@ def test_two_instances_share_tasks_and_fail_over(runtime_kit: Any) -> None:
     assert a.wait_until_caught_up(60)
     assert dict(a.store("sums").all()) == exp
     assert a.metrics()["restore-total"] > 0  # b's updates were restored from the changelogs
+
+
+def test_instances_run_the_subtopologies_they_are_given(runtime_kit: Any) -> None:
+    """``instance.subtopologies``: each instance subscribes to its sub-topologies' lead topics
+    only, so the group gives it only their tasks, whichever joins first; the results are
+    those of one instance, and each task's active time is counted (``active-time-ns``)."""
+    kit = runtime_kit
+    t = kit.topics(events=4)
+    kit.produce(t["events"], [(f"k{i % 17}", i, 1000 + i) for i in range(1000)])
+    # alone, the downstream instance is never caught up: nobody reads the source topic
+    downstream = kit.streams(build(t), kit.config("app", state="b", **{"instance.subtopologies": "1"}))
+    downstream.start()
+    assert not downstream.wait_until_caught_up(3)
+    upstream = kit.run(build(t), kit.config("app", state="a", **{"instance.subtopologies": [0]}))
+    assert downstream.wait_until_caught_up(60)
+    tasks = {name: {x for th in s.local_thread_metadata() for x in th["active_tasks"]}
+             for name, s in (("upstream", upstream), ("downstream", downstream))}
+    assert tasks == {"upstream": {f"0_{p}" for p in range(4)}, "downstream": {f"1_{p}" for p in range(4)}}
+    assert dict(downstream.store("sums").all()) == expected(t, 1000)
+    for s, sub in ((upstream, "0"), (downstream, "1")):
+        active = {task: c.get("active-time-ns", 0) for task, c in s.metrics()["tasks"].items()}
+        assert active and all(task.startswith(sub + "_") and ns > 0 for task, ns in active.items()), active
+
+
+@pytest.mark.parametrize("given, message", [
+    ([2], "no sub-topology [2] with tasks in this topology; allowed ids: [0, 1]"),
+    ([], "must name at least one sub-topology id"),
+    ("x", "instance.subtopologies"),
+])
+def test_unknown_subtopologies_fail_at_start_up(given: Any, message: str) -> None:
+    from speed_layer import KafkaStreams
+    from speed_layer.errors import ConfigException
+
+    t = {"events": "events"}
+    with pytest.raises(ConfigException, match=re.escape(message)):
+        KafkaStreams(build(t), {"application.id": "a", "bootstrap.servers": "127.0.0.1:1",
+                                "instance.subtopologies": given})
