@@ -114,6 +114,8 @@ class _Instance:
     caught_up: bool = False
     stop_sent: bool = False
     killed: bool = False
+    #: its report pipe ended (the reader's end marker was read)
+    ended: bool = False
     final: dict[str, Any] | None = None
     error: str | None = None
     lines: queue.Queue[dict[str, Any] | None] = field(default_factory=queue.Queue)
@@ -258,26 +260,32 @@ class InstanceGroup:
                 raise InstanceDied(self._death(inst, inst.proc.poll()))
 
     def _drain(self, inst: _Instance) -> None:
-        while True:
+        """Take in what ``inst`` reported so far."""
+        while not inst.ended:
             try:
                 msg = inst.lines.get_nowait()
             except queue.Empty:
                 return
-            if msg is None:
-                return
-            event = msg.get("event")
-            if "processed" in msg:
-                inst.processed = int(msg["processed"])
-            if event == "ready":
-                inst.ready = True
-            elif event == "running":
-                inst.running = True
-            elif event == "caught_up":
-                inst.caught_up = inst.running = True
-            elif event == "error":
-                inst.error = str(msg.get("message"))
-            elif event == "final":
-                inst.final = msg
+            self._take(inst, msg)
+
+    def _take(self, inst: _Instance, msg: dict[str, Any] | None) -> None:
+        """Take in one report of ``inst`` (None: the end of its pipe)."""
+        if msg is None:
+            inst.ended = True
+            return
+        event = msg.get("event")
+        if "processed" in msg:
+            inst.processed = int(msg["processed"])
+        if event == "ready":
+            inst.ready = True
+        elif event == "running":
+            inst.running = True
+        elif event == "caught_up":
+            inst.caught_up = inst.running = True
+        elif event == "error":
+            inst.error = str(msg.get("message"))
+        elif event == "final":
+            inst.final = msg
 
     def _death(self, inst: _Instance, rc: int | None) -> str:
         how = f"died with exit code {rc}" if rc is not None else "failed"
@@ -329,15 +337,11 @@ class InstanceGroup:
     def _drain_final(self, inst: _Instance, timeout_s: float = 5.0) -> None:
         """Read the rest of an exited instance's reports (its pipe ends once read)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while not inst.ended and time.monotonic() < deadline:
             try:
-                msg = inst.lines.get(timeout=0.1)
+                self._take(inst, inst.lines.get(timeout=0.1))
             except queue.Empty:
                 continue
-            if msg is None:
-                return
-            inst.lines.put(msg)
-            self._drain(inst)
 
     def results(self) -> list[dict[str, Any]]:
         """The final report of every instance (after :meth:`stop`; an instance killed while

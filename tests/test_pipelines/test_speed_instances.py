@@ -51,6 +51,28 @@ def test_results_are_summed_and_united() -> None:
     assert windows == {"v": {("k1", 0), ("k2", 0)}}
 
 
+def test_stop_returns_once_each_instance_has_exited_and_reported(tmp_path: Path) -> None:
+    """The supervisor reads an exited instance's last reports and goes on: it used to wait
+    for an end of pipe its own reader had already taken, 5 s per instance."""
+    import json
+
+    from pipelines.speed_instances import InstanceGroup, _Instance, _read_lines
+
+    group = InstanceGroup(flights, "127.0.0.1:1", "app", tmp_path, 2)
+    final = {"event": "final", "processed": 3, "metrics": {}, "late": [], "late_windows": {}, "cpu_s": 0.1}
+    for i in range(2):
+        proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdin.read(); print({json.dumps(json.dumps(final))})"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        inst = _Instance(i, proc, tmp_path, tmp_path / "instance.log")
+        threading.Thread(target=_read_lines, args=(proc.stdout, inst.lines), daemon=True).start()
+        group.instances.append(inst)
+    t0 = time.monotonic()
+    group.stop(grace_s=60)
+    assert time.monotonic() - t0 < 4.0  # each drain used to wait its 5 s out
+    assert [i.final for i in group.instances] == [final, final] and all(i.ended for i in group.instances)
+    assert [r["processed"] for r in group.results()] == [3, 3]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["run", "--replay", "--instances", "2"], "--replay paces one instance of the speed layer; --instances 2"),
     (["speed", "--follow", "--server", "127.0.0.1:0", "--instances", "2"],
