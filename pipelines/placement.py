@@ -23,8 +23,8 @@ placement puts the costliest stage alone, which on the flights topology is downs
 
 **How.** Longest processing time first (Graham's LPT rule): the sub-topologies by cost,
 the largest first, each onto the instance with the least cost so far. The costs are the
-time each sub-topology's tasks took in the pipeline's last run (the runtime's task counter
-``active-time-ns``, saved by :func:`save_costs`), else an estimate from the topology
+time each sub-topology's tasks took in the pipeline's last run of the same topology (the
+runtime's task counter ``active-time-ns``, saved by :func:`save_costs`), else an estimate from the topology
 (:func:`estimated_costs`). An instance LPT leaves without a sub-topology (more instances
 than sub-topologies) shares the sub-topologies that feed no repartition topic (the last
 stage is one) with the instance that has them: the group splits their tasks, which is
@@ -32,6 +32,7 @@ harmless, since no window of the application reads what they write.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -106,24 +107,36 @@ def _costs_file(root: Path, pipeline: str) -> Path:
     return root / f"{pipeline}.subtopology-costs.json"
 
 
-def save_costs(root: Path, pipeline: str, costs: Mapping[int, float]) -> None:
-    """Keep a run's measured costs (seconds per sub-topology id) for the next placement of
-    ``pipeline`` (a JSON file in ``root``, the speed layer's state folder). Nothing to keep:
-    nothing written."""
+def _fingerprint(topology: Topology) -> str:
+    """The topology's description hashed: costs measured on another topology (sub-topology
+    ids numbered differently) are not used."""
+    return hashlib.sha256(str(topology.describe()).encode()).hexdigest()
+
+
+def save_costs(root: Path, pipeline: str, topology: Topology, costs: Mapping[int, float]) -> None:
+    """Keep a run's measured costs (seconds per sub-topology id of ``topology``) for the next
+    placement of ``pipeline`` (a JSON file in ``root``, the speed layer's state folder).
+    Nothing to keep: nothing written."""
     if costs:
         root.mkdir(parents=True, exist_ok=True)
-        _costs_file(root, pipeline).write_text(json.dumps({str(k): v for k, v in sorted(costs.items())}))
+        doc = {"topology": _fingerprint(topology), "costs": {str(k): v for k, v in sorted(costs.items())}}
+        _costs_file(root, pipeline).write_text(json.dumps(doc))
 
 
-def load_costs(root: Path, pipeline: str) -> dict[int, float]:
-    """The costs :func:`save_costs` kept for ``pipeline``; empty when none, or unreadable (logged)."""
+def load_costs(root: Path, pipeline: str, topology: Topology) -> dict[int, float]:
+    """The costs :func:`save_costs` kept for ``pipeline``, if measured on this ``topology``;
+    empty when none, when measured on another topology, or unreadable (logged)."""
     path = _costs_file(root, pipeline)
     if not path.exists():
         return {}
     try:
-        return {int(k): float(v) for k, v in json.loads(path.read_text()).items()}
-    except (ValueError, TypeError, AttributeError) as exc:
-        log.warning("ignoring the sub-topology costs in %s (%s): estimating them from the topology", path, exc)
+        doc = json.loads(path.read_text())
+        if doc["topology"] != _fingerprint(topology):
+            log.info("%s: sub-topology costs measured on another topology: estimating them from this one", pipeline)
+            return {}
+        return {int(k): float(v) for k, v in doc["costs"].items()}
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        log.warning("ignoring the sub-topology costs in %s (%r): estimating them from the topology", path, exc)
         return {}
 
 

@@ -415,7 +415,8 @@ def run_speed_instances(
             :data:`INTERRUPT_GRACE_S`).
     """
     rep = reporter or NullReporter()
-    placement = place_subtopologies(pipeline.build_topology(), instances, load_costs(root, pipeline.name))
+    topology = pipeline.build_topology()
+    placement = place_subtopologies(topology, instances, load_costs(root, pipeline.name, topology))
     stats.instances = len(placement.instances)
     stats.placement = [list(subs) for subs in placement.instances]
     log.info("%s: %s", pipeline.name, placement.describe())

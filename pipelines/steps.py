@@ -393,7 +393,7 @@ def run_speed(
     stats.records_per_s = total / stats.seconds if stats.seconds > 0 else 0.0
     stats.metrics = metrics
     stats.subtopology_seconds = measured_costs(metrics)
-    save_costs(root, pipeline.name, stats.subtopology_seconds)  # the next --instances run's placement
+    save_costs(root, pipeline.name, topology, stats.subtopology_seconds)  # the next --instances run's placement
     stats.dropped_late = metric_total(metrics, "dropped-records-late-total", "dropped-records-late") or len(stats.late)
     stats.dropped = metric_total(metrics, "dropped-records-total", "dropped-records")
     stats.expired_join_drops = metric_total(metrics, "expired-window-record-drop-total")

@@ -51,15 +51,17 @@ def test_measured_costs_win_when_they_cover_every_subtopology() -> None:
     assert place_subtopologies(topology, 2, {0: 30.0, 1: 10.0}).source == "estimated"
 
 
-def test_costs_are_kept_for_the_next_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    assert load_costs(tmp_path, "flights") == {}
-    save_costs(tmp_path, "flights", {})  # nothing measured: nothing kept
+def test_costs_are_kept_for_the_next_run_of_the_same_topology(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    topology = flights_topology()
+    assert load_costs(tmp_path, "flights", topology) == {}
+    save_costs(tmp_path, "flights", topology, {})  # nothing measured: nothing kept
     assert not list(tmp_path.iterdir())
-    save_costs(tmp_path, "flights", {1: 2.5, 0: 0.5})
-    assert load_costs(tmp_path, "flights") == {0: 0.5, 1: 2.5}
-    assert load_costs(tmp_path, "other") == {}
+    save_costs(tmp_path, "flights", topology, {1: 2.5, 0: 0.5})
+    assert load_costs(tmp_path, "flights", flights_topology()) == {0: 0.5, 1: 2.5}  # built again: the same
+    assert load_costs(tmp_path, "other", topology) == {}
+    assert load_costs(tmp_path, "flights", _one_stage()) == {}  # another topology: its ids mean other stages
     (tmp_path / "flights.subtopology-costs.json").write_text("[1, 2]")
-    assert load_costs(tmp_path, "flights") == {}
+    assert load_costs(tmp_path, "flights", topology) == {}
     assert "ignoring the sub-topology costs" in caplog.text
 
 
