@@ -41,6 +41,9 @@ Prometheus name (labels)                                  Kafka group / name    
 (thread_id, task_id)                                      KIP-1034 dead-letter queue
 ``kafka_streams_stream_task_enforced_processing_total``   stream-task-metrics /          ``enforced-processing``
 (thread_id, task_id)                                      enforced-processing-total
+``kafka_streams_stream_task_active_process_ratio``        stream-task-metrics /          task counter
+(thread_id, task_id)                                      active-process-ratio (duet's   ``active-time-ns``, between
+                                                          counts the task's commits)     scrapes (below)
 ``kafka_streams_stream_state_restore_total``              stream-state-metrics /         ``restored-records``
 (thread_id, task_id)                                      restore-total
 ``kafka_streams_stream_state_restore_rate``               stream-state-metrics /         records/s between scrapes
@@ -66,7 +69,8 @@ Where duet differs from Kafka:
   and expired join records per task, so those ``stream_state`` series carry the task only.
   The property gauges carry the store as ``rocksdb_state_id`` for every store kind (Kafka:
   ``rocksdb-window-state-id`` and ``rocksdb-session-state-id`` for window and session stores).
-* Rates (``process_rate``, ``restore_rate``, per second) are computed from the totals seen
+* Rates (``process_rate``, ``restore_rate``, per second, and ``active_process_ratio``, seconds
+  per second) are computed from the totals seen
   at the scrapes of this collector: the increase since the latest scrape at least
   :data:`RATE_WINDOW_S` old (else the oldest one kept), over that time; at the first scrape
   of a series, since the collector was created. Kafka samples its rates over the same 60 s
@@ -93,6 +97,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, StateSetMetricFamily
 from prometheus_client.registry import Collector
+
+from .task_executor import ACTIVE_TIME_NS
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +241,10 @@ class KafkaStreamsCollector(Collector):
                          TASK_COUNTERS.items()}
         store_families = {m: GaugeMetricFamily(n, h, labels=["thread_id", "task_id", "rocksdb_state_id"])
                           for m, (n, h) in STORE_GAUGES.items()}
+        active_ratio = GaugeMetricFamily(
+            "kafka_streams_stream_task_active_process_ratio",
+            f"Fraction of wall-clock time the stream thread spent on the task over the last {RATE_WINDOW_S:.0f} s of "
+            "scrapes, its commits included (stream-task-metrics active-process-ratio).", labels=["thread_id", "task_id"])
         restore_rate = GaugeMetricFamily("kafka_streams_stream_state_restore_rate",
                                          f"Records restored per second over the last {RATE_WINDOW_S:.0f} s of scrapes "
                                          "(stream-state-metrics restore-rate).", labels=["thread_id", "task_id"])
@@ -260,6 +270,10 @@ class KafkaStreamsCollector(Collector):
                 for counter, family in task_families.items():
                     if counter in counters:
                         family.add_metric([name, task], float(counters[counter]))
+                if ACTIVE_TIME_NS in counters:
+                    live.add(("active", name, task))
+                    active_ratio.add_metric([name, task],
+                                            self._rates.rate(("active", name, task), counters[ACTIVE_TIME_NS] / 1e9))
                 if "restored-records" in counters:
                     live.add(("restore", name, task))
                     restore_rate.add_metric([name, task],
@@ -277,7 +291,7 @@ class KafkaStreamsCollector(Collector):
                 lag_max.add_metric([name, consumer], float(max(n for _, _, n in lags)))
         self._rates.keep_only(live)
         yield from (thread_state, process, process_rate, commits, latency_avg, latency_max, polls,
-                    *task_families.values(), restore_rate, *store_families.values(), lag, lag_max)
+                    *task_families.values(), active_ratio, restore_rate, *store_families.values(), lag, lag_max)
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[list[str], float]]) -> GaugeMetricFamily:

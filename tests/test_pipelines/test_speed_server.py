@@ -141,6 +141,8 @@ def test_health_metrics_and_interactive_queries(service: Service) -> None:
     assert _total(second, "kafka_streams_stream_thread_process_total") >= \
         _total(first, "kafka_streams_stream_thread_process_total") + 200
     assert _total(second, "kafka_streams_stream_thread_process_rate") > 0
+    ratios = [s.value for s in second["kafka_streams_stream_task_active_process_ratio"]]  # per task
+    assert ratios and all(0 <= r <= 1 for r in ratios) and sum(ratios) > 0, ratios
     assert _total(second, "kafka_streams_alive_stream_threads") == 1
     (running,) = [s for s in second["kafka_streams_client_state"] if s.value == 1]
     assert running.labels["kafka_streams_client_state"] == "RUNNING"

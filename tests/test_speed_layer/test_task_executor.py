@@ -10,6 +10,7 @@ from collections import deque
 from pathlib import Path
 
 from speed_layer.runtime.readiness import Readiness
+from speed_layer.runtime.task import Metrics
 from speed_layer.runtime.task_executor import TaskExecutor
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -29,6 +30,7 @@ class FakeTask(BufferedFake):
         self.log = log
         self.punctuated = 0
         self.due = False
+        self.metrics = Metrics()  # the thread's counters (the executor adds active-time-ns)
 
     def _pop(self) -> deque[int]:
         q = min((q for q in self.queues.values() if q), key=lambda q: q[0])
@@ -79,6 +81,8 @@ def test_the_lowest_head_across_tasks_goes_first() -> None:
     # stops before an equal head of an earlier task
     assert log == [("0_0", 1), ("0_0", 2), ("0_1", 3), ("0_1", 4), ("0_1", 5), ("0_0", 5), ("0_1", 6), ("0_0", 9)]
     assert begun and set(begun) == {"begin"}
+    # each task's processing time is counted to it (Kafka's active-process-ratio, placement's costs)
+    assert all(t.metrics.counters[(t.task_id, "active-time-ns")] > 0 for t in (a, b))
 
 
 def test_max_records_bounds_one_loop_and_the_next_loop_goes_on() -> None:
