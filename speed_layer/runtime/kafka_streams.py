@@ -113,6 +113,7 @@ class KafkaStreams:
         #: Kafka: commit.interval.ms defaults to 100 ms under exactly-once, 30000 ms otherwise
         self.commit_interval_ms = cfg.commit_interval_ms if ("commit_interval_ms" in cfg.model_fields_set or not cfg.exactly_once) else 100
         self.state_directory = StateDirectory(cfg.state_dir, cfg.application_id)
+        self._paused = threading.Event()
         self.process_id = ""
         self.plan: TopologyPlan | None = None  # type: ignore[assignment]
         self.partition_counts = PartitionCounts(cfg.bootstrap_servers, task_timeout_ms=cfg.task_timeout_ms,
@@ -198,6 +199,25 @@ class KafkaStreams:
         return KafkaRecordCollector(Producer(self.producer_config(f"{self.config.application_id}-{self.process_id}-global-producer")),
                                     self.partition_counts, dead_letter_topic=self.config.dead_letter_queue_topic)
 
+    # ------------------------------------------------------------------ pause (KIP-834)
+    def pause(self) -> None:
+        """Pause processing, as Kafka Streams' ``KafkaStreams#pause`` (KIP-834, 3.3): the
+        stream threads skip processing and punctuation and the standby tasks are not
+        updated, but the consumers keep polling (their buffers fill, then their partitions
+        are paused) and committing, so the instance stays in its group. May be called before
+        :meth:`start` (it then joins its group without processing). Transient: not kept
+        across restarts nor shared with other instances; the state stays RUNNING."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        """Resume processing after :meth:`pause` (``KafkaStreams#resume``)."""
+        self._paused.clear()
+
+    def is_paused(self) -> bool:
+        """Whether :meth:`pause` was called and :meth:`resume` not since
+        (``KafkaStreams#isPaused``)."""
+        return self._paused.is_set()
+
     # ------------------------------------------------------------------ state
     @property
     def state(self) -> str:
@@ -246,7 +266,7 @@ class KafkaStreams:
     def _thread_context(self) -> ThreadContext:
         return ThreadContext(self.config, self.plan, self.topology, self.process_id, self.state_directory, self.global_stores,
                              self.partition_counts, self.commit_interval_ms, self.consumer_config, self.producer_config,
-                             self.client_overrides)
+                             self.client_overrides, self._paused)
 
     def _thread_hooks(self) -> ThreadHooks:
         return ThreadHooks(self._on_thread_state_change, self._on_thread_error, self._standby_claim,

@@ -152,7 +152,7 @@ class StandbyUpdater(threading.Thread):
                         consumer.incremental_unassign([TopicPartition(t, p) for t, p in self._to_unassign])
                         self._to_unassign.clear()
                     assigned = any(task.position for task in self._tasks.values())
-                if not assigned:
+                if not assigned or self.streams.is_paused():  # KIP-834: a paused client updates no standby
                     self._refresh.wait(0.2)
                     continue
                 msgs = consumer.consume(1000, timeout=0.1)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -158,6 +158,9 @@ class ThreadContext:
     producer_config: Callable[[str], dict[str, Any]]
     #: prefix (``"consumer."``, ``"admin."``) -> the user's overrides for that client
     client_overrides: Callable[[str], dict[str, Any]]
+    #: set while the client is paused (``KafkaStreams.pause``, KIP-834): the thread polls
+    #: and commits but neither processes nor punctuates
+    paused: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -700,7 +703,8 @@ class StreamThread(threading.Thread):
             self.inputs.pause_resume(self.consumer)  # refill the task buffers that were drained
         now = time.monotonic()
         readiness = self.readiness
-        busy = any(readiness.ready(t, now) for t in self.tasks.values()) and readiness.thread_ready(now)
+        paused = self.context.paused.is_set()
+        busy = not paused and any(readiness.ready(t, now) for t in self.tasks.values()) and readiness.thread_ready(now)
         if busy:
             msgs = self.consumer.consume(500, timeout=0)
         else:
@@ -716,8 +720,9 @@ class StreamThread(threading.Thread):
         self.inputs.add(msgs)
         self.inputs.pause_resume(self.consumer)
         self._restore_metadata()
-        self.executor.process()
-        self.executor.punctuate(int(time.time() * 1000))
+        if not paused:
+            self.executor.process()
+            self.executor.punctuate(int(time.time() * 1000))
         if (time.monotonic() - self._last_commit) * 1000 >= self.context.commit_interval_ms or any(t.commit_requested for t in self.tasks.values()):
             self._commit()
         elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():

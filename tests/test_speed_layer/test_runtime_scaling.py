@@ -99,3 +99,24 @@ def test_unknown_subtopologies_fail_at_start_up(given: Any, message: str) -> Non
     with pytest.raises(ConfigException, match=re.escape(message)):
         KafkaStreams(build(t), {"application.id": "a", "bootstrap.servers": "127.0.0.1:1",
                                 "instance.subtopologies": given})
+
+
+def test_a_paused_client_joins_and_commits_but_processes_only_once_resumed(runtime_kit: Any) -> None:
+    """KIP-834 (``KafkaStreams#pause``, ``#resume``, ``#isPaused``): paused before start, the
+    client joins its group and gets its tasks (RUNNING) but processes nothing; resumed, it
+    catches up with the same results as a client never paused."""
+    kit = runtime_kit
+    t = kit.topics(events=4)
+    kit.produce(t["events"], [(f"k{i % 17}", i, 1000 + i) for i in range(500)])
+    s = kit.streams(build(t), kit.config("app"))
+    s.pause()
+    assert s.is_paused()
+    s.start()
+    kit.wait_state(s, "RUNNING")
+    assert not s.wait_until_caught_up(3)
+    assert s.metrics()["process-total"] == 0
+    assert {x for th in s.local_thread_metadata() for x in th["active_tasks"]}  # its tasks are assigned
+    s.resume()
+    assert not s.is_paused()
+    assert s.wait_until_caught_up(60)
+    assert dict(s.store("sums").all()) == expected(t, 500)
