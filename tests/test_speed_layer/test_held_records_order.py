@@ -29,7 +29,7 @@ from confluent_kafka import Message, TopicPartition
 from speed_layer.runtime import input_buffers
 from speed_layer.runtime.input_buffers import InputBuffers
 from speed_layer.runtime.readiness import Readiness
-from speed_layer.runtime.task import RawRecord
+from speed_layer.runtime.task import Metrics, RawRecord
 from speed_layer.runtime.task_executor import TaskExecutor
 
 TP = tuple[str, int]
@@ -45,6 +45,7 @@ class RawTask:
         self.task_id = task_id
         self.queues: dict[TP, deque[RawRecord]] = {tp: deque() for tp in tps}
         self.log = log
+        self.metrics = Metrics()  # the thread's counters (the executor adds active-time-ns)
 
     def queue(self, topic: str, partition: int) -> deque[RawRecord]:
         return self.queues[(topic, partition)]
