@@ -10,7 +10,8 @@ on the flights year). Within one process the stream thread keeps its tasks at th
 time (:mod:`speed_layer.runtime.task_executor`). So each instance is given whole
 sub-topologies, through the streams config ``instance.subtopologies`` (it subscribes to
 their lead topics only), and the instances run different stages of the pipeline side by
-side: pipeline parallelism, as Spark runs the stages of a job on different executors.
+side: pipeline parallelism, as Flink runs the chained operators of a streaming job in
+separate task slots.
 
 **Start order.** An instance running a downstream stage starts once the instances running
 the stages upstream of it run, so that it begins on a backlog of their output. Started
@@ -27,8 +28,8 @@ placement puts the costliest stage alone, which on the flights topology is downs
 **How.** Longest processing time first (Graham's LPT rule): the sub-topologies by cost,
 the largest first, each onto the instance with the least cost so far. The costs are the
 time each sub-topology's tasks took in the pipeline's last run of the same topology (the
-runtime's task counter ``active-time-ns``, saved by :func:`save_costs`), else an estimate from the topology
-(:func:`estimated_costs`). An instance LPT leaves without a sub-topology (more instances
+runtime's task counter ``active-time-ns``, saved by :func:`save_costs`), else an estimate
+from the topology (:func:`estimated_costs`). An instance LPT leaves without a sub-topology (more instances
 than sub-topologies) shares the sub-topologies that feed no repartition topic (the last
 stage is one) with the instance that has them: the group splits their tasks, which is
 harmless, since no window of the application reads what they write.

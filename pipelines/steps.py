@@ -298,9 +298,11 @@ def run_speed(
             :func:`pipelines.replay.replay_events`) and returns its stats, whose latency
             samples (plus the final catch-up) give the end-to-end lag.
         keep_state: keep the state folder of a fresh application id after closing.
-        instances: processes of the application (:mod:`pipelines.speed_instances`: the
-            group splits the tasks; caught up when the group is; one progress). 1: the
-            streams run in this process. More than 1 cannot take a ``feed``.
+        instances: processes of the application (:mod:`pipelines.speed_instances`: each
+            runs whole sub-topologies placed by cost, :mod:`pipelines.placement`; caught up
+            when the group is; one progress). 1: the streams run in this process. More than
+            1 cannot take a ``feed``. Every run keeps its sub-topologies' measured costs for
+            the next placement.
 
     Returns:
         The run's :class:`SpeedStats` (late records and windows included).
