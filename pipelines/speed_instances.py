@@ -157,17 +157,16 @@ class InstanceGroup:
     """N instances of one application: spawned by :meth:`start`, supervised by :meth:`poll`,
     stopped by :meth:`stop` (see the module docstring)."""
 
-    def __init__(self, pipeline: Pipeline, bootstrap: str, application_id: str, root: Path, instances: int,
-                 extra: Mapping[str, Any] | None = None, verbose: bool = False,
-                 placement: Placement | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, bootstrap: str, application_id: str, root: Path, placement: Placement,
+                 extra: Mapping[str, Any] | None = None, verbose: bool = False) -> None:
         self.pipeline = pipeline
         self.reference = pipeline_reference(pipeline)
         self.bootstrap = bootstrap
         self.application_id = application_id
         self.root = root
-        #: the sub-topologies of each instance (None: every instance runs every one)
+        #: the sub-topologies of each instance, one instance per entry
         self.placement = placement
-        self.count = instances if placement is None else len(placement.instances)
+        self.count = len(placement.instances)
         self.extra = dict(extra or {})
         self.verbose = verbose
         self.instances: list[_Instance] = []
@@ -176,18 +175,12 @@ class InstanceGroup:
         """Spawn the instances (each in a process group of its own: Ctrl-C is this process'),
         wait until each is ready (imported, its topology built), then start them.
 
-        Placed (:attr:`placement`), they start by stage depth: an instance once those
-        running the stages upstream of it run, so that it begins on a backlog of their
-        output (:mod:`pipelines.placement`). Unplaced, the first starts alone and the others
-        once it runs: a sub-topology's tasks split over instances that catch up on a backlog
-        write into a repartition topic at each instance's own pace in event time, and the
-        windows downstream drop the slower one's records as late (measured on 2 x 1,500
-        flights: 34,963 drops instead of 122). Started alone, the first owns every task, and
-        the others' joining moves only what balancing the group needs (the sticky assignor);
-        nothing guarantees that a sub-topology stays whole: docs/instances.md.
+        They start by stage depth (:attr:`Placement.depths`): an instance once those running
+        the stages upstream of it run, so that it begins on a backlog of their output
+        (:mod:`pipelines.placement` says why).
 
         Raises:
-            TimeoutError: an instance was not ready, or the first not running, within
+            TimeoutError: an instance was not ready, or an upstream one not running, within
                 ``timeout_s``.
             InstanceDied: an instance exited meanwhile.
         """
@@ -196,9 +189,7 @@ class InstanceGroup:
             state_dir = self.root / f"{self.application_id}-i{i + 1}"
             state_dir.mkdir(parents=True, exist_ok=True)
             log = state_dir / "instance.log"
-            extra = dict(self.extra)
-            if self.placement is not None:
-                extra["instance.subtopologies"] = list(self.placement.instances[i])
+            extra = {**self.extra, "instance.subtopologies": list(self.placement.instances[i])}
             cmd = [sys.executable, "-m", "pipelines.speed_instances", "--pipeline", self.reference,
                    "--name", self.pipeline.name, "--bootstrap", self.bootstrap, "--application-id",
                    self.application_id, "--state-dir", str(state_dir), "--extra", json.dumps(extra)]
@@ -217,7 +208,7 @@ class InstanceGroup:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"speed layer instances not ready after {timeout_s:.0f} s")
             self.wait(0.2)
-        depths = self.placement.depths if self.placement is not None else (0,) + (1,) * (self.count - 1)
+        depths = self.placement.depths
         for depth in sorted(set(depths)):
             level = [inst for inst, d in zip(self.instances, depths) if d == depth]
             self._send(b"start\n", level)
@@ -420,7 +411,7 @@ def run_speed_instances(
     stats.instances = len(placement.instances)
     stats.placement = [list(subs) for subs in placement.instances]
     log.info("%s: %s", pipeline.name, placement.describe())
-    group = InstanceGroup(pipeline, bootstrap, application_id, root, instances, extra, verbose, placement)
+    group = InstanceGroup(pipeline, bootstrap, application_id, root, placement, extra, verbose)
     t0 = time.monotonic()
     ok = False
     try:

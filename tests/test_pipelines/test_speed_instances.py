@@ -56,9 +56,10 @@ def test_stop_returns_once_each_instance_has_exited_and_reported(tmp_path: Path)
     for an end of pipe its own reader had already taken, 5 s per instance."""
     import json
 
+    from pipelines.placement import place_subtopologies
     from pipelines.speed_instances import InstanceGroup, _Instance, _read_lines
 
-    group = InstanceGroup(flights, "127.0.0.1:1", "app", tmp_path, 2)
+    group = InstanceGroup(flights, "127.0.0.1:1", "app", tmp_path, place_subtopologies(flights.build_topology(), 2))
     final = {"event": "final", "processed": 3, "metrics": {}, "late": [], "late_windows": {}, "cpu_s": 0.1}
     for i in range(2):
         proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdin.read(); print({json.dumps(json.dumps(final))})"],
