@@ -13,14 +13,15 @@ Loading is not deduplicated: running it twice produces every record twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from pipelines.pipeline import Pipeline, Sample, SourceRecord
 from speed_layer.admin import ensure_topics
 
-__all__ = ["load", "produce_records", "produce_events", "encode_value", "LoadError", "PRODUCER_CONFIG"]
+__all__ = ["load", "produce_records", "produce_events", "encode_value", "source_producer", "LoadError", "PRODUCER_CONFIG"]
 
 #: Callback ``progress(topic, records_done, records_total)`` (``None``: the total is unknown).
 Progress = Callable[[str, int, int | None], None]
@@ -42,6 +43,24 @@ _PROGRESS_EVERY = 20_000
 
 class LoadError(RuntimeError):
     """Some records were not delivered."""
+
+
+@contextmanager
+def source_producer(bootstrap: str, overrides: Mapping[str, str | int | bool] | None = None) -> Iterator[Producer]:
+    """A producer of source data (:data:`PRODUCER_CONFIG` updated with ``overrides``),
+    closed on exit, as the Java client's ``Producer#close``: its librdkafka threads and
+    broker connections end with the block, not when the garbage collector frees it (later,
+    when a caller's frame is in a reference cycle, e.g. held by a caught exception's
+    traceback). On an exception the records still queued are purged first, so that
+    ``close()`` (which flushes) does not wait for a broker that failed."""
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **(overrides or {})})
+    try:
+        yield producer
+    except BaseException:
+        producer.purge()
+        raise
+    finally:
+        producer.close()
 
 
 def encode_value(value: object) -> bytes | None:
@@ -159,13 +178,13 @@ def load(
 
     sample = pipeline.sample_data(limit, scale)
     ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     counts: dict[str, int] = {}
-    for table, records in sample.tables.items():
-        counts[table] = produce_records(producer, prefix + table, records, len(records), progress)
-    totals = _event_totals(sample)
-    for topic, n in produce_events(producer, sample.events, progress, totals=totals, prefix=prefix).items():
-        counts[topic] = counts.get(topic, 0) + n
+    with source_producer(bootstrap) as producer:
+        for table, records in sample.tables.items():
+            counts[table] = produce_records(producer, prefix + table, records, len(records), progress)
+        totals = _event_totals(sample)
+        for topic, n in produce_events(producer, sample.events, progress, totals=totals, prefix=prefix).items():
+            counts[topic] = counts.get(topic, 0) + n
     return counts
 
 

@@ -61,19 +61,17 @@ class ReplayStats:
 def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
                    reporter: Reporter | None = None) -> dict[str, int]:
     """Create the pipeline's topics and produce the sample's tables; ``{table: records}``."""
-    from confluent_kafka import Producer
-
-    from pipelines.load import PRODUCER_CONFIG, produce_records
+    from pipelines.load import produce_records, source_producer
     from pipelines.steps import source_topic_specs
     from speed_layer.admin import ensure_topics
 
     rep = reporter or NullReporter()
     ensure_topics(bootstrap, source_topic_specs(pipeline))
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     counts: dict[str, int] = {}
-    for table, records in sample.tables.items():
-        counts[table] = produce_records(producer, table, records, len(records))
-        rep.update("load", sum(counts.values()), None, table)
+    with source_producer(bootstrap) as producer:
+        for table, records in sample.tables.items():
+            counts[table] = produce_records(producer, table, records, len(records))
+            rep.update("load", sum(counts.values()), None, table)
     return counts
 
 
@@ -120,59 +118,57 @@ def replay_events(
         LoadError: if an event is not delivered.
         TimeoutError: if a sync times out.
     """
-    from confluent_kafka import Producer
-
-    from pipelines.load import PRODUCER_CONFIG, LoadError, encode_value
+    from pipelines.load import LoadError, encode_value, source_producer
 
     rep = reporter or NullReporter()
     if isinstance(events, Sized):
         total = len(events)
     of = f"/{total:,}" if total is not None else ""
     source = iter(events)
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, "linger.ms": 1})
-    errors: list[Any] = []
+    with source_producer(bootstrap, {"linger.ms": 1}) as producer:
+        errors: list[Any] = []
 
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
 
-    stats = ReplayStats()
-    t0 = time.monotonic()
-    base_count, base_events = processed(), 0  # at the last sync
-    per_event = 0.0  # records processed per event; unknown until the first sync
-    last_report, delivered_at = 0.0, t0
-    start = 0
-    while batch := list(itertools.islice(source, chunk)):
-        if start - base_events >= (sync_every if per_event else chunk * 5):
-            if not sync():
-                raise TimeoutError("the speed layer did not catch up with the replay")
-            now_count = processed()
-            stats.latencies_s.append(time.monotonic() - delivered_at)
-            per_event = (now_count - base_count) / (start - base_events)
-            base_count, base_events = now_count, start
-        elif per_event:
-            last, moved_at = processed(), time.monotonic()
-            while (start - base_events) * per_event - (last - base_count) > max_in_flight * per_event:
-                time.sleep(0.002)
-                count = processed()
-                if count != last:
-                    last, moved_at = count, time.monotonic()
-                elif time.monotonic() - moved_at > stall_s:
-                    # the speed layer is idle: r was overestimated; re-base on the counter
-                    base_count = last - round((start - base_events - max_in_flight) * per_event)
-                    break
-        for topic, rec in batch:
-            producer.produce(topic, value=encode_value(rec.value), key=None if rec.key is None else rec.key.encode(),
-                             timestamp=rec.timestamp, on_delivery=on_delivery)
-        if producer.flush(60) or errors:
-            raise LoadError(f"replay: {len(errors)} events failed, first: {errors[:1]}")
-        delivered_at = time.monotonic()
-        end = start + len(batch)
-        stats.produced = start = end
-        if delivered_at - last_report > 0.25:
-            last_report = delivered_at
-            rep.update("load", end, total, f"events {end:,}{of} (live replay)")
-    rep.update("load", stats.produced, total, f"events {stats.produced:,}{of} (live replay)")
+        stats = ReplayStats()
+        t0 = time.monotonic()
+        base_count, base_events = processed(), 0  # at the last sync
+        per_event = 0.0  # records processed per event; unknown until the first sync
+        last_report, delivered_at = 0.0, t0
+        start = 0
+        while batch := list(itertools.islice(source, chunk)):
+            if start - base_events >= (sync_every if per_event else chunk * 5):
+                if not sync():
+                    raise TimeoutError("the speed layer did not catch up with the replay")
+                now_count = processed()
+                stats.latencies_s.append(time.monotonic() - delivered_at)
+                per_event = (now_count - base_count) / (start - base_events)
+                base_count, base_events = now_count, start
+            elif per_event:
+                last, moved_at = processed(), time.monotonic()
+                while (start - base_events) * per_event - (last - base_count) > max_in_flight * per_event:
+                    time.sleep(0.002)
+                    count = processed()
+                    if count != last:
+                        last, moved_at = count, time.monotonic()
+                    elif time.monotonic() - moved_at > stall_s:
+                        # the speed layer is idle: r was overestimated; re-base on the counter
+                        base_count = last - round((start - base_events - max_in_flight) * per_event)
+                        break
+            for topic, rec in batch:
+                producer.produce(topic, value=encode_value(rec.value), key=None if rec.key is None else rec.key.encode(),
+                                 timestamp=rec.timestamp, on_delivery=on_delivery)
+            if producer.flush(60) or errors:
+                raise LoadError(f"replay: {len(errors)} events failed, first: {errors[:1]}")
+            delivered_at = time.monotonic()
+            end = start + len(batch)
+            stats.produced = start = end
+            if delivered_at - last_report > 0.25:
+                last_report = delivered_at
+                rep.update("load", end, total, f"events {end:,}{of} (live replay)")
+        rep.update("load", stats.produced, total, f"events {stats.produced:,}{of} (live replay)")
     stats.seconds = time.monotonic() - t0
     stats.last_delivery = delivered_at
     return stats

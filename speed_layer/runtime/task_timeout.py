@@ -113,17 +113,25 @@ def retry_broker_call(what: str, attempt: Callable[[float], T], timeout: TaskTim
     deadline = started + timeout.task_timeout_ms / 1000
     backoff_s = timeout.retry_backoff_ms / 1000
     attempts = 0
+    cause: BaseException | None = None
     while True:
         attempts += 1
         request_s = max(0.1, min(timeout.max_block_ms / 1000, deadline - time.monotonic()))
         try:
-            return attempt(request_s)
+            result = attempt(request_s)
         except NotYet as exc:
-            cause: BaseException = exc
+            cause = exc
         except KafkaException as exc:
             if not retriable_broker_error(exc):
                 raise StreamsException(f"{what} failed: {_reason(exc)}") from exc
             cause = exc
+        else:
+            # the last retried error's traceback holds this frame, whose ``cause`` holds the
+            # error: a reference cycle that would keep this frame and, through ``f_back``,
+            # every caller's frame and locals (a producer...) alive until the cyclic
+            # collector runs (rarely in a stream thread: ``python.gc.thresholds``)
+            cause = None
+            return result
         now = time.monotonic()
         if timeout.task_timeout_ms == 0 or (now >= deadline and attempts > 1):
             raise _timed_out(what, timeout, attempts, int((now - started) * 1000), cause, hint) from cause

@@ -80,3 +80,35 @@ def test_load_prefixed_and_read_back(kafka_bootstrap: str, unique_name: str) -> 
         kafka_bootstrap,
         [prefix + t for t in ("flights", "planes", "airports", "airlines", "flights-dlq")],
     )
+
+
+def _librdkafka_threads() -> int:
+    """Threads of librdkafka clients in this process (``rdk:main``, ``rdk:broker...``; Linux)."""
+    import os
+
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith("rdk:")
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n
+
+
+def test_load_closes_its_producer(kafka_bootstrap: str, unique_name: str) -> None:
+    """``load`` returns with its producer closed: no librdkafka thread of it is left, with
+    the cyclic garbage collector off (new topics make the topic creation retry, whose
+    caught errors once kept the loader's frame, and its producer, alive)."""
+    import gc
+
+    gc.collect()
+    before = _librdkafka_threads()
+    gc.disable()
+    try:
+        counts = load(flights, kafka_bootstrap, limit=50, prefix=f"{unique_name}-")
+        after = _librdkafka_threads()
+    finally:
+        gc.enable()
+    assert counts["flights"] == 50
+    assert after <= before, f"{after - before} librdkafka threads left by load()"
