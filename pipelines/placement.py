@@ -74,16 +74,12 @@ class Placement:
         return "; ".join(parts) + f" ({self.source} costs)"
 
 
-def _task_subtopologies(topology: Topology) -> list[Any]:
-    return [sub for sub in topology.subtopologies() if sub.source_topics]
-
-
 def estimated_costs(topology: Topology) -> dict[int, float]:
     """A rough cost per task sub-topology id, before any run has measured one: its node count,
     plus, for each time-windowed aggregation, the windows each record updates (size over
     advance: 24 for a 24 h hopping window advancing by 1 h). Unitless; only the ratios matter."""
     costs: dict[int, float] = {}
-    for sub in _task_subtopologies(topology):
+    for sub in topology.task_subtopologies():
         cost = float(len(sub.nodes))
         for name in sub.nodes:
             op = topology.nodes[name].op
@@ -156,7 +152,7 @@ def stage_depths(topology: Topology) -> dict[int, int]:
     """Stage depth per task sub-topology id: 0 for one that reads no repartition topic
     another sub-topology writes, else one more than the deepest such writer (the number of
     repartition hops from the source topics)."""
-    subs = _task_subtopologies(topology)
+    subs = topology.task_subtopologies()
     writers: dict[str, list[int]] = {}
     for sub in subs:
         for topic in sub.sink_topics:
@@ -185,7 +181,7 @@ def place_subtopologies(topology: Topology, instances: int, measured: Mapping[in
     """
     if instances < 1:
         raise ValueError(f"instances must be at least 1, got {instances}")
-    subs = _task_subtopologies(topology)
+    subs = topology.task_subtopologies()
     ids = [sub.id for sub in subs]
     if measured and set(ids) <= set(measured) and all(measured[i] > 0 for i in ids):
         costs, source = {i: float(measured[i]) for i in ids}, "measured"

@@ -234,6 +234,12 @@ class Topology:
             out.append(SubTopology(i, tuple(members), tuple(srcs), tuple(sinks), tuple(stores)))
         return out
 
+    def task_subtopologies(self) -> list[SubTopology]:
+        """The sub-topologies of :meth:`subtopologies` (global stores' are not among them:
+        they run on the global thread) that have source topics, hence tasks (one per
+        partition, Kafka's ``DefaultPartitionGrouper``), in that order."""
+        return [sub for sub in self.subtopologies() if sub.source_topics]
+
     def _group_ids(self, first_members: list[str]) -> dict[str, int]:
         """Ids of node groups as Kafka's ``InternalTopologyBuilder#makeNodeGroups``: groups
         (global-store groups included) numbered in the order of their first node, so a

@@ -104,7 +104,7 @@ class KafkaStreams:
         if not topology.source_topics():
             raise TopologyException("Topology has no stream threads and no global threads: add a source first")
         if cfg.instance_subtopologies is not None:
-            task_subs = sorted(sub.id for sub in topology.subtopologies() if sub.source_topics)
+            task_subs = sorted(sub.id for sub in topology.task_subtopologies())
             unknown = sorted(set(cfg.instance_subtopologies) - set(task_subs))
             if unknown:
                 raise ConfigException(f"instance.subtopologies={list(cfg.instance_subtopologies)}: no sub-topology {unknown} "

@@ -266,6 +266,7 @@ def test_global_store_sub_topology_ids_follow_declaration_order() -> None:
     )
     assert "Processor: KSTREAM-AGGREGATE-0000000005 (stores: [weather-stations-store])" in text
     assert [s.id for s in b.build().subtopologies()] == [1]
+    assert [s.id for s in b.build().task_subtopologies()] == [1]
 
 
 def test_processor_api_topology_and_node_order() -> None:
