@@ -224,7 +224,7 @@ def speed(
     application id and forward each key's query to its owner)."""
     setup_logging(verbose)
     from pipelines.steps import ensure_pipeline_topics, load_data, run_speed
-    from pipelines.replay import produce_tables, replay_events
+    from pipelines.replay import Feed, produce_tables, sample_feed
 
     del lake  # the speed layer writes Kafka topics and local state only
     console = make_console()
@@ -245,15 +245,13 @@ def speed(
     with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose), \
             cluster(bootstrap, console, phases) as (servers, embedded), reporter(console) as rep:
         ensure_pipeline_topics(pipeline, servers)
-        feed = None
+        feed: Feed | None = None
         if embedded and pipeline.sample is not None and instances > 1:  # a replay paces one instance
             load_data(pipeline, servers, limit, rep)
         elif embedded and pipeline.sample is not None:  # an empty broker: replay the sample live
             sample = pipeline.sample_data(limit)
             produce_tables(pipeline, servers, sample, rep)
-
-            def feed(processed: Any, sync: Any) -> Any:
-                return replay_events(servers, sample.events, processed, sync, reporter=rep)
+            feed = sample_feed(servers, sample, rep)
 
         # a fresh broker never has committed offsets: a fresh application id (and state) too
         app_id = None if (fresh or embedded) else (application_id or pipeline.service_app_id)

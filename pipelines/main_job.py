@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pipelines.loaded import record_loaded
 from pipelines.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter
-from pipelines.replay import ReplayStats, produce_tables, replay_events
+from pipelines.replay import Feed, produce_tables, sample_feed
 from pipelines.serving_steps import (
     compare_layers,
     publish_views,
@@ -323,7 +323,7 @@ def run_main_job(
         reset_pipeline(pipeline, bootstrap, lake, inputs=load)
         ensure_pipeline_topics(pipeline, bootstrap)
 
-    feed = None
+    feed: Feed | None = None
     if load:
         record_loaded(lake, options.scale)  # the Dagster partitions cover the copies loaded
     if load and options.backlog:
@@ -334,9 +334,7 @@ def run_main_job(
             rep.start("load", None)
             sample = pipeline.sample_data(options.limit, options.scale)
             produce_tables(pipeline, bootstrap, sample, rep)
-
-        def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
-            return replay_events(bootstrap, sample.events, processed, sync, reporter=rep, total=sample.event_count())
+        feed = sample_feed(bootstrap, sample, rep)
 
     if spark_factory is None:
         from batch_layer.spark import get_spark

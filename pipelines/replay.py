@@ -75,6 +75,22 @@ def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
     return counts
 
 
+#: A live source for the speed layer: ``feed(processed, sync)`` produces the events while
+#: it runs (the ``feed`` of ``run_speed`` and ``serve_speed``; see :func:`replay_events`).
+Feed = Callable[[Callable[[], int], Callable[[], bool]], ReplayStats]
+
+
+def sample_feed(bootstrap: str, sample: Sample, reporter: Reporter | None = None) -> Feed:
+    """The feed that replays ``sample``'s events live into ``bootstrap``
+    (:func:`replay_events`, its progress on ``reporter``); its tables are produced first,
+    by :func:`produce_tables`."""
+
+    def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
+        return replay_events(bootstrap, sample.events, processed, sync, reporter=reporter, total=sample.event_count())
+
+    return feed
+
+
 def replay_events(
     bootstrap: str,
     events: Iterable[tuple[str, SourceRecord]],
