@@ -13,11 +13,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ..config import StreamsConfig
 from .internal_topics import TopologyPlan
 from .metadata import describe_members
+from .task_timeout import retriable_broker_error
 
 if TYPE_CHECKING:
     from .stream_thread import StreamThread
@@ -26,9 +27,8 @@ log = logging.getLogger("speed_layer.streams")
 
 __all__ = ["CatchUpWaiter"]
 
-#: errors of a partition whose leader is moving (a broker restarting): retried
-_LEADER_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
-                  KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT}
+#: the pause between two attempts to read an end offset, s
+RETRY_S = 0.2
 
 
 class CatchUpWaiter:
@@ -59,13 +59,17 @@ class CatchUpWaiter:
         probe = Consumer({"bootstrap.servers": self.config.bootstrap_servers, "group.id": self.config.application_id,
                           "enable.auto.commit": False, "logger": self.logger, "isolation.level": "read_uncommitted"})
         try:
-            targets = self.end_offsets(probe, self.plan.user_source_topics())
+            targets = self.end_offsets(probe, self.plan.user_source_topics(), deadline)
+            if targets is None:
+                return False
             log.debug("wait_until_caught_up: source end offsets %s", targets)
             if not self.wait_reached(probe, targets, deadline):
                 return False
             previous: dict[tuple[str, int], int] | None = None
             while True:
-                internal = self.end_offsets(probe, sorted(self.plan.repartition))
+                internal = self.end_offsets(probe, sorted(self.plan.repartition), deadline)
+                if internal is None:
+                    return False
                 log.debug("wait_until_caught_up: repartition end offsets %s", internal)
                 if internal == previous:
                     return True
@@ -75,23 +79,36 @@ class CatchUpWaiter:
         finally:
             probe.close()
 
-    def end_offsets(self, probe: Consumer, topics: list[str], retry_s: float = 60.0) -> dict[tuple[str, int], int]:
-        """High watermarks; a retriable error (a leader moving after a broker restart) is
-        retried for up to ``retry_s`` seconds."""
+    def end_offsets(self, probe: Consumer, topics: list[str], deadline: float) -> dict[tuple[str, int], int] | None:
+        """High watermarks of every partition of ``topics``; None if ``deadline`` (monotonic
+        s) passed first. A retriable error (:func:`.task_timeout.retriable_broker_error`: a
+        broker restarting, its partitions without a leader, or unknown to the probe until
+        its metadata is refreshed) is retried every ``RETRY_S`` after refreshing the probe's
+        metadata of the topic: librdkafka answers from its cache, which a failed lookup left
+        without the partition.
+
+        Raises:
+            KafkaException: a non-retriable error.
+        """
         out = {}
         for t in topics:
             for p in range(self.plan.partitions[t]):
-                give_up = time.monotonic() + retry_s
                 while True:
+                    request_s = min(10.0, max(0.1, deadline - time.monotonic()))
                     try:
-                        out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+                        out[(t, p)] = int(probe.get_watermark_offsets(TopicPartition(t, p), timeout=request_s)[1])
                         break
                     except KafkaException as exc:
-                        err = exc.args[0] if exc.args else None
-                        moving = isinstance(err, KafkaError) and err.code() in _LEADER_MOVING
-                        if err is None or not (err.retriable() or moving) or time.monotonic() > give_up:
+                        if not retriable_broker_error(exc):
                             raise
-                        time.sleep(0.2)
+                        if time.monotonic() >= deadline:
+                            log.info("wait_until_caught_up: no end offset of %s-%d before the timeout: %s", t, p, exc)
+                            return None
+                    time.sleep(RETRY_S)
+                    try:
+                        probe.list_topics(t, timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                    except KafkaException as exc:  # the broker still away: the next attempt says so
+                        log.debug("wait_until_caught_up: refreshing the metadata of %s: %s", t, exc)
         return out
 
     def wait_reached(self, probe: Consumer, targets: dict[tuple[str, int], int], deadline: float) -> bool:

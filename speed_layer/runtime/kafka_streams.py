@@ -777,7 +777,13 @@ class KafkaStreams:
         loaded. While it waits, a local thread that owns a partition not yet committed to
         its target commits as soon as it has processed everything it fetched
         (:meth:`StreamThread.request_commit_when_caught_up`), not at its next
-        ``commit.interval.ms``.
+        ``commit.interval.ms``. Brokers restarting meanwhile are waited for within
+        ``timeout_s`` (s): the end offsets are read again until their partitions have a
+        leader.
+
+        Raises:
+            KafkaException: a non-retriable error reading an end offset (e.g. no
+                authorization on a topic).
         """
         if self.plan is None:
             return False
