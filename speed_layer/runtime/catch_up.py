@@ -84,8 +84,8 @@ class CatchUpWaiter:
         s) passed first. A retriable error (:func:`.task_timeout.retriable_broker_error`: a
         broker restarting, its partitions without a leader, or unknown to the probe until
         its metadata is refreshed) is retried every ``RETRY_S`` after refreshing the probe's
-        metadata of the topic: librdkafka answers from its cache, which a failed lookup left
-        without the partition.
+        metadata of the topic (librdkafka may answer ``_UNKNOWN_PARTITION`` from its
+        metadata cache until the next periodic refresh, minutes later).
 
         Raises:
             KafkaException: a non-retriable error.
