@@ -224,7 +224,9 @@ def speed(
     application id and forward each key's query to its owner)."""
     setup_logging(verbose)
     from pipelines.steps import ensure_pipeline_topics, load_data, run_speed
-    from pipelines.replay import Feed, produce_tables, sample_feed
+    from pipelines.load import produce_tables
+    from pipelines.progress import load_progress
+    from pipelines.replay import Feed, sample_feed
 
     del lake  # the speed layer writes Kafka topics and local state only
     console = make_console()
@@ -250,7 +252,7 @@ def speed(
             load_data(pipeline, servers, limit, rep)
         elif embedded and pipeline.sample is not None:  # an empty broker: replay the sample live
             sample = pipeline.sample_data(limit)
-            produce_tables(pipeline, servers, sample, rep)
+            produce_tables(pipeline, servers, sample, load_progress(rep))
             feed = sample_feed(servers, sample, rep)
 
         # a fresh broker never has committed offsets: a fresh application id (and state) too

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pipelines.pipeline import Pipeline, Sample, SourceRecord
 from speed_layer.admin import ensure_topics
 
-__all__ = ["load", "produce_records", "produce_events", "encode_value", "source_producer", "LoadError", "PRODUCER_CONFIG"]
+__all__ = ["load", "produce_tables", "produce_records", "produce_events", "encode_value", "source_producer", "LoadError", "PRODUCER_CONFIG"]
 
 #: Callback ``progress(topic, records_done, records_total)`` (``None``: the total is unknown).
 Progress = Callable[[str, int, int | None], None]
@@ -174,18 +174,38 @@ def load(
             ``scale`` > 1).
         LoadError: a record was not delivered.
     """
-    from pipelines.steps import source_topic_specs
-
     sample = pipeline.sample_data(limit, scale)
-    ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
-    counts: dict[str, int] = {}
+    counts = produce_tables(pipeline, bootstrap, sample, progress, prefix=prefix)
     with source_producer(bootstrap) as producer:
-        for table, records in sample.tables.items():
-            counts[table] = produce_records(producer, prefix + table, records, len(records), progress)
         totals = _event_totals(sample)
         for topic, n in produce_events(producer, sample.events, progress, totals=totals, prefix=prefix).items():
             counts[topic] = counts.get(topic, 0) + n
     return counts
+
+
+def produce_tables(
+    pipeline: Pipeline,
+    bootstrap: str,
+    sample: Sample,
+    progress: Progress | None = None,
+    *,
+    prefix: str = "",
+) -> dict[str, int]:
+    """Create the pipeline's topics if needed (all of them: the events' too) and produce
+    ``sample``'s tables into them, in the order the sample declares them, each flushed before
+    the next. ``progress`` and ``prefix`` as in :func:`load`. Returns ``{table: records}``
+    (keys without the prefix). A live replay (:mod:`pipelines.replay`) produces the tables
+    this way before the speed layer starts, then feeds the events at its pace.
+
+    Raises:
+        LoadError: a record was not delivered.
+    """
+    from pipelines.steps import source_topic_specs
+
+    ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
+    with source_producer(bootstrap) as producer:
+        return {table: produce_records(producer, prefix + table, records, len(records), progress)
+                for table, records in sample.tables.items()}
 
 
 def _event_totals(sample: Sample) -> dict[str, int | None] | None:

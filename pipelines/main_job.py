@@ -9,7 +9,7 @@ no layer logic of its own):
 2. Load the pipeline's sample data into Kafka (when it declares one; else the speed layer
    runs on what the topics hold). Default (``backlog=True``, the faster): everything first
    (:func:`load_data`), then the speed layer catches up on it. With ``backlog=False``, a
-   live replay: the tables first (:func:`pipelines.replay.produce_tables`), then, while the
+   live replay: the tables first (:func:`pipelines.load.produce_tables`), then, while the
    speed layer runs, the events in arrival order at the speed layer's pace
    (:func:`pipelines.replay.replay_events`; the module explains why).
 3. :func:`run_speed`: the topology on ``speed_layer.KafkaStreams`` until every input
@@ -48,10 +48,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pipelines.load import produce_tables
 from pipelines.loaded import record_loaded
 from pipelines.pipeline import Highlights, Pipeline
-from pipelines.progress import NullReporter, Reporter
-from pipelines.replay import Feed, produce_tables, sample_feed
+from pipelines.progress import NullReporter, Reporter, load_progress
+from pipelines.replay import Feed, sample_feed
 from pipelines.serving_steps import (
     compare_layers,
     publish_views,
@@ -333,7 +334,7 @@ def run_main_job(
         with timer.phase("load"):
             rep.start("load", None)
             sample = pipeline.sample_data(options.limit, options.scale)
-            produce_tables(pipeline, bootstrap, sample, rep)
+            produce_tables(pipeline, bootstrap, sample, load_progress(rep))
         feed = sample_feed(bootstrap, sample, rep)
 
     if spark_factory is None:

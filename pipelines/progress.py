@@ -6,13 +6,15 @@ the CLI shows one rich progress bar per phase while Dagster assets and tests sta
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-__all__ = ["Reporter", "NullReporter", "RichReporter"]
+__all__ = ["Reporter", "NullReporter", "RichReporter", "load_progress"]
 
 
 class Reporter(Protocol):
@@ -45,6 +47,24 @@ class NullReporter:
 
     def log(self, message: str) -> None:  # noqa: D102
         pass
+
+
+def load_progress(reporter: Reporter, phase: str = "load") -> Callable[[str, int, int | None], None]:
+    """A producer's ``progress(topic, done, total)`` callback (``pipelines.load.Progress``)
+    that shows on ``reporter``'s ``phase`` the records produced so far over every topic, the
+    current topic's count (of its total, when known) and the records per second since the
+    callback was made."""
+    done: dict[str, int] = {}
+    t0 = time.monotonic()
+
+    def progress(topic: str, n: int, total: int | None) -> None:
+        done[topic] = n
+        count = sum(done.values())
+        of = f"/{total:,}" if total is not None else ""
+        rate = count / max(1e-9, time.monotonic() - t0)
+        reporter.update(phase, count, None, f"{topic} {n:,}{of}, {rate:,.0f} records/s")
+
+    return progress
 
 
 class RichReporter:

@@ -14,8 +14,8 @@ A replay produces the events in small chunks, in arrival order, and keeps about
 stream, and records are dropped as late mostly when their own delay pushes them past their
 window's grace.
 
-The sample's tables are produced first, before the speed layer starts (see
-:func:`produce_tables`), as :func:`pipelines.load.load` does.
+The sample's tables are produced first, before the speed layer starts
+(:func:`pipelines.load.produce_tables`), as :func:`pipelines.load.load` does.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.pipeline import Pipeline, Sample, SourceRecord
+from pipelines.pipeline import Sample, SourceRecord
 from pipelines.progress import NullReporter, Reporter
 
-__all__ = ["ReplayStats", "produce_tables", "replay_events"]
+__all__ = ["ReplayStats", "Feed", "sample_feed", "replay_events"]
 
 
 @dataclass
@@ -58,23 +58,6 @@ class ReplayStats:
         return qs[min(98, max(0, round(q * 100) - 1))]
 
 
-def produce_tables(pipeline: Pipeline, bootstrap: str, sample: Sample,
-                   reporter: Reporter | None = None) -> dict[str, int]:
-    """Create the pipeline's topics and produce the sample's tables; ``{table: records}``."""
-    from pipelines.load import produce_records, source_producer
-    from pipelines.steps import source_topic_specs
-    from speed_layer.admin import ensure_topics
-
-    rep = reporter or NullReporter()
-    ensure_topics(bootstrap, source_topic_specs(pipeline))
-    counts: dict[str, int] = {}
-    with source_producer(bootstrap) as producer:
-        for table, records in sample.tables.items():
-            counts[table] = produce_records(producer, table, records, len(records))
-            rep.update("load", sum(counts.values()), None, table)
-    return counts
-
-
 #: A live source for the speed layer: ``feed(processed, sync)`` produces the events while
 #: it runs (the ``feed`` of ``run_speed`` and ``serve_speed``; see :func:`replay_events`).
 Feed = Callable[[Callable[[], int], Callable[[], bool]], ReplayStats]
@@ -83,7 +66,7 @@ Feed = Callable[[Callable[[], int], Callable[[], bool]], ReplayStats]
 def sample_feed(bootstrap: str, sample: Sample, reporter: Reporter | None = None) -> Feed:
     """The feed that replays ``sample``'s events live into ``bootstrap``
     (:func:`replay_events`, its progress on ``reporter``); its tables are produced first,
-    by :func:`produce_tables`."""
+    by :func:`pipelines.load.produce_tables`."""
 
     def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
         return replay_events(bootstrap, sample.events, processed, sync, reporter=reporter, total=sample.event_count())

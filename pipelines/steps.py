@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.loaded import LOADED_FILE
 from pipelines.pipeline import Pipeline
-from pipelines.progress import NullReporter, Reporter
+from pipelines.progress import NullReporter, Reporter, load_progress
 from pipelines.replay import ReplayStats
 from pipelines.speed_service import (
     LIVE_REPLAY_CONFIG,
@@ -242,17 +242,8 @@ def load_data(pipeline: Pipeline, bootstrap: str, limit: int | None = None,
 
     rep = reporter or NullReporter()
     rep.start("load", None)
-    done: dict[str, int] = {}
     t0 = time.monotonic()
-
-    def progress(topic: str, n: int, total: int | None) -> None:
-        done[topic] = n
-        count = sum(done.values())
-        of = f"/{total:,}" if total is not None else ""
-        rate = count / max(1e-9, time.monotonic() - t0)
-        rep.update("load", count, None, f"{topic} {n:,}{of}, {rate:,.0f} records/s")
-
-    counts = load(pipeline, bootstrap, limit=limit, progress=progress, scale=scale)
+    counts = load(pipeline, bootstrap, limit=limit, progress=load_progress(rep), scale=scale)
     total = sum(counts.values())
     rate = total / max(1e-9, time.monotonic() - t0)
     rep.update("load", total, total)

@@ -112,3 +112,22 @@ def test_load_closes_its_producer(kafka_bootstrap: str, unique_name: str) -> Non
         gc.enable()
     assert counts["flights"] == 50
     assert after <= before, f"{after - before} librdkafka threads left by load()"
+
+
+def test_produce_tables_creates_every_topic_and_fills_the_tables_only(kafka_bootstrap: str, unique_name: str) -> None:
+    """What a live replay produces before the speed layer starts: every source topic exists
+    (the events' empty), each table holds its records, and the progress ends each table
+    with its count."""
+    from pipelines.load import produce_tables
+
+    prefix = f"{unique_name}-"
+    sample = flights.sample_data(10)
+    seen: list[tuple[str, int, int | None]] = []
+    counts = produce_tables(flights, kafka_bootstrap, sample, lambda t, d, n: seen.append((t, d, n)), prefix=prefix)
+    assert counts == {t: len(r) for t, r in sample.tables.items()}
+    assert set(counts) == {"planes", "airports", "airlines"}
+    assert [s for s in seen if s[1] == s[2]] == [(prefix + t, n, n) for t, n in counts.items()]
+    for table, n in counts.items():
+        assert sum(end_offsets(kafka_bootstrap, prefix + table).values()) == n
+    assert sum(end_offsets(kafka_bootstrap, prefix + "flights").values()) == 0
+    delete_topics(kafka_bootstrap, [prefix + t for t in ("flights", "planes", "airports", "airlines", "flights-dlq")])

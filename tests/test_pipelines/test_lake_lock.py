@@ -244,7 +244,7 @@ def test_duet_fails_naming_the_dagster_run_that_holds_the_lake(tmp_path: Path, k
     from pipelines.dagster import KafkaResource, LakeResource
     from pipelines.dagster.assets import raw_asset
     from pipelines.examples.flights import pipeline as flights
-    from pipelines.replay import produce_tables
+    from pipelines.load import produce_tables
 
     produce_tables(flights, kafka_bootstrap, flights.sample_data(0))  # the airlines topic, to ingest
     root, folder = tmp_path / "lake", tmp_path / "lake" / "flights"

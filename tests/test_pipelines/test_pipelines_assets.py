@@ -20,7 +20,7 @@ def _resources(bootstrap: str, root: Path) -> dict[str, object]:
 
 def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
     from pipelines.dagster.assets import raw_asset
-    from pipelines.replay import produce_tables
+    from pipelines.load import produce_tables
     from pipelines.steps import input_record_count
 
     # appends the dimension tables (creates the topics if needed)
