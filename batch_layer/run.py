@@ -29,7 +29,8 @@ from speed_layer.config import StreamsConfig
 from speed_layer.topology import Topology
 
 from .compiler import BatchOptions, compile_topology
-from .delta.io import join_location, lake_location, local_path
+from .delta.io import lake_location, local_path
+from .delta.layout import LakeLayout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,7 +66,7 @@ class BatchResult:
 
 def view_path(lake: str | Path, store: str) -> Path | str:
     """``<lake>/views/<store>``: a ``Path`` for a local lake, a ``str`` for a lake URI."""
-    return join_location(lake, "views", store)
+    return LakeLayout(lake).batch_view(store)
 
 
 def run_batch(
@@ -127,7 +128,7 @@ def run_batch(
         "views": {s: {"rows": n} for s, n in rows.items()},
         "dropped": dropped,
     }
-    _write_json(join_location(lake, "views", "_batch.json"), doc)
+    _write_json(LakeLayout(lake).batch_info, doc)
     return BatchResult(rows, watermark, time.monotonic() - started, dropped, by_node, joins)
 
 

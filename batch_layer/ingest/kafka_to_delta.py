@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from batch_layer.delta.io import join_location, local_path, read_arrow, table_exists
+from batch_layer.delta.io import local_path, read_arrow, table_exists
+from batch_layer.delta.layout import LakeLayout
 from batch_layer.errors import BatchLayerError
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class IngestResult:
 
 def raw_table_path(lake: str | Path, topic: str) -> Path | str:
     """``<lake>/raw/<topic>``: a ``Path`` for a local lake, a ``str`` for a lake URI."""
-    return join_location(lake, "raw", topic)
+    return LakeLayout(lake).raw_table(topic)
 
 
 def ingest_topic(
