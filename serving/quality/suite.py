@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from batch_layer.delta.layout import LakeLayout
 from serving.errors import QualityError
 from serving._jsonio import atomic_write_json
 from serving.views.model import ViewSpec
@@ -356,7 +357,7 @@ def run_suite(view: str, df: pd.DataFrame, expectations: list[ExpectationSpec]) 
 
 def quality_path(lake: Path | str, view: str) -> Path:
     """``<lake>/quality/<view>.json``."""
-    return Path(lake) / "quality" / f"{view}.json"
+    return Path(LakeLayout(lake).quality_result(view))
 
 
 def save_result(lake: Path | str, result: QualityResult) -> Path:
@@ -369,7 +370,7 @@ def save_result(lake: Path | str, result: QualityResult) -> Path:
 def load_results(lake: Path | str) -> dict[str, QualityResult]:
     """All stored results by view (file stem). Unreadable files are skipped with a warning;
     raw GX ``to_json_dict()`` documents are converted."""
-    folder = Path(lake) / "quality"
+    folder = Path(LakeLayout(lake).quality_folder)
     out: dict[str, QualityResult] = {}
     if not folder.is_dir():
         return out

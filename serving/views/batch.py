@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from batch_layer.delta.layout import LakeLayout
 from serving._jsonio import read_json_object
 from serving.errors import BatchViewNotFoundError, ServingError
 from serving.views.frames import normalize_view_frame
@@ -16,7 +17,7 @@ __all__ = ["batch_view_path", "read_batch_view", "read_batch_info", "read_batch_
 
 def batch_view_path(lake: Path | str, store: str) -> Path:
     """``<lake>/views/<store>``."""
-    return Path(lake) / "views" / store
+    return Path(LakeLayout(lake).batch_view(store))
 
 
 def read_batch_view(lake: Path | str, store: str) -> pd.DataFrame:
@@ -53,7 +54,7 @@ def read_batch_info(lake: Path | str) -> dict[str, Any] | None:
     Raises:
         ServingError: if the file exists but is not a JSON object.
     """
-    return read_json_object(Path(lake) / "views" / "_batch.json", ServingError)
+    return read_json_object(Path(LakeLayout(lake).batch_info), ServingError)
 
 
 def read_batch_watermark(lake: Path | str) -> int | None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from batch_layer.delta.layout import LakeLayout
 from serving.errors import UnknownKeyError, UnknownViewError
 from serving.views.frames import normalize_view_frame
 from serving.views.model import ViewSpec, load_catalogue
@@ -220,7 +221,7 @@ class ViewIndex:
                 return False
             new: dict[str, ViewSnapshot] = {}
             for name, spec in catalogue.items():
-                path = self.lake / "serving" / name
+                path = Path(LakeLayout(self.lake).serving_view(name))
                 previous = old.get(name)
                 try:
                     if not (path / "_delta_log").is_dir():

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from batch_layer.delta.layout import LakeLayout
 from serving._jsonio import atomic_write_json, read_json_object
 from serving.errors import CatalogueError
 
@@ -41,8 +42,6 @@ __all__ = [
 ]
 
 WindowKind = Literal["tumbling", "hopping", "session"]
-
-CATALOGUE_FILE = "_views.json"
 
 
 class ViewSpec(BaseModel):
@@ -209,7 +208,7 @@ class ViewSpec(BaseModel):
 
 def catalogue_path(lake: Path | str) -> Path:
     """``<lake>/serving/_views.json``."""
-    return Path(lake) / "serving" / CATALOGUE_FILE
+    return Path(LakeLayout(lake).catalogue)
 
 
 def load_catalogue(lake: Path | str) -> dict[str, ViewSpec]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from batch_layer.delta.layout import LakeLayout
 from serving.views.frames import to_arrow
 from serving.views.merge import merge_view
 from serving.views.model import ViewSpec, load_catalogue, save_catalogue
@@ -16,7 +17,7 @@ __all__ = ["served_view_path", "write_served_view", "publish"]
 
 def served_view_path(lake: Path | str, view: str) -> Path:
     """``<lake>/serving/<view>``."""
-    return Path(lake) / "serving" / view
+    return Path(LakeLayout(lake).serving_view(view))
 
 
 def write_served_view(lake: Path | str, view: str, merged: pd.DataFrame) -> int:
