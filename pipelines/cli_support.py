@@ -383,7 +383,9 @@ def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
 def lake_tables(folder: Path) -> list[str]:
     """The parts of a pipeline's lake folder that hold tables (``raw``, ``views``, ``serving``,
     ``quality``), those present and not empty."""
-    return [part for part in ("raw", "views", "serving", "quality")
+    from batch_layer.delta.layout import LakeLayout
+
+    return [part for part in LakeLayout.PARTS
             if (folder / part).is_dir() and any((folder / part).iterdir())]
 
 

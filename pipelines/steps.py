@@ -147,7 +147,8 @@ def _delete_old_groups(pipeline: Pipeline, bootstrap: str, groups: Sequence[str]
         log.debug("deleting consumer groups failed: %s", exc)
 
 
-def _remove_lake_entry(path: Path) -> None:
+def _remove_lake_entry(path: Path | str) -> None:
+    path = Path(path)
     if path.is_dir():
         shutil.rmtree(path)
     elif path.exists():
@@ -171,10 +172,12 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
             active members: :func:`pipelines.live_groups.check_not_running`); nothing deleted.
         StreamsException: the groups could not be listed or described; nothing deleted.
     """
+    from batch_layer.delta.layout import LakeLayout
     from pipelines.live_groups import check_not_running
     from speed_layer.admin import delete_topics
 
     lake = Path(lake)
+    layout = LakeLayout(lake)
     dlq = (pipeline.dlq_topic,) if pipeline.dlq_topic else ()
     topics = [*pipeline.view_names, *dlq, *(pipeline.input_topics if inputs else ())]
     if bootstrap:
@@ -182,13 +185,13 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
         delete_topics(bootstrap, [*topics, *_old_run_topics(pipeline, bootstrap)], timeout_s=60)
         _delete_old_groups(pipeline, bootstrap, groups)
     for topic in (t for t in topics if t in pipeline.archived_topics):
-        _remove_lake_entry(lake / "raw" / topic)
+        _remove_lake_entry(layout.raw_table(topic))
     for view in pipeline.view_names:
-        _remove_lake_entry(lake / "views" / view)
-        _remove_lake_entry(lake / "serving" / view)
-        _remove_lake_entry(lake / "quality" / f"{view}.json")
-    _remove_lake_entry(lake / "views" / "_batch.json")
-    _remove_lake_entry(lake / "serving" / "_views.json")
+        _remove_lake_entry(layout.batch_view(view))
+        _remove_lake_entry(layout.serving_view(view))
+        _remove_lake_entry(layout.quality_result(view))
+    _remove_lake_entry(layout.batch_info)
+    _remove_lake_entry(layout.catalogue)
     if bootstrap and inputs:  # the input topics are gone, and the copies of the sample data they held
         _remove_lake_entry(lake / LOADED_FILE)
     _remove_old_state(pipeline)

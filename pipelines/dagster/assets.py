@@ -104,12 +104,13 @@ def raw_asset(p: Pipeline, topic: str) -> dg.AssetsDefinition:
         f"incremental by offset){about}.",
     )
     def _raw(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
+        from batch_layer.delta.layout import LakeLayout
         from batch_layer.ingest import ingest_topic
         from deltalake import DeltaTable
 
         folder = lake.writable(p)
         result = ingest_topic(None, kafka.bootstrap(p), topic, folder)
-        path = folder / "raw" / topic
+        path = LakeLayout(folder).raw_table(topic)
         table = DeltaTable(str(path))
         rows = table.to_pyarrow_dataset().count_rows()
         context.log.info(f"{topic}: {result.records_added} records added, {rows} archived")
@@ -168,6 +169,7 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
     )
     def _views(context: dg.AssetExecutionContext, spark: SparkResource,
                lake: LakeResource) -> Iterator[dg.MaterializeResult]:
+        from batch_layer.delta.layout import LakeLayout
         from pipelines.serving_steps import read_batch_views
         from pipelines.steps import run_batch_layer
 
@@ -188,7 +190,7 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
                 "days_with_new_data": dg.MetadataValue.text(compact_days(days.new) or "none"),
                 "batch_seconds": dg.MetadataValue.float(round(stats.seconds, 2)),
                 "watermark_ms": dg.MetadataValue.int(int(stats.watermark_ms or 0)),
-                "path": dg.MetadataValue.path(str(folder / "views" / view)),
+                "path": dg.MetadataValue.path(str(LakeLayout(folder).batch_view(view))),
             }
 
             def day_md(day: str) -> dict[str, Any]:
@@ -247,6 +249,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
         "before the batch watermark, speed for the rest; each row says its source.",
     )
     def _publish(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
+        from batch_layer.delta.layout import LakeLayout
         from pipelines.serving_steps import publish_views, read_batch_views, read_speed_views
         from serving.errors import SpeedSourceError
         from serving.views.batch import read_batch_watermark
@@ -268,7 +271,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
                 **{f"rows_{slug(v)}": dg.MetadataValue.int(n) for v, n in rows.items()},
                 "speed_views": dg.MetadataValue.text(", ".join(sorted(speed_frames)) or "none"),
                 "batch_watermark_ms": dg.MetadataValue.int(int(read_batch_watermark(folder) or 0)),
-                "path": dg.MetadataValue.path(str(folder / "serving")),
+                "path": dg.MetadataValue.path(str(LakeLayout(folder).serving_folder)),
             }
         )
 

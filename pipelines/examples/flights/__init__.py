@@ -46,9 +46,10 @@ def busiest_hours(lake: Path, n: int = 5) -> Highlights | None:
     import json
     from datetime import datetime, timezone
 
+    from batch_layer.delta.layout import LakeLayout
     from deltalake import DeltaTable
 
-    path = lake / "serving" / "departures_hourly"
+    path = Path(LakeLayout(lake).serving_view("departures_hourly"))
     if not path.exists():
         return None
     df = DeltaTable(str(path)).to_pandas()

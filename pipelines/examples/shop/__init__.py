@@ -32,9 +32,10 @@ def top_categories(lake: Path, n: int = 8) -> Highlights | None:
     ``None`` before it is published."""
     import json
 
+    from batch_layer.delta.layout import LakeLayout
     from deltalake import DeltaTable
 
-    path = lake / "serving" / "revenue_by_category"
+    path = Path(LakeLayout(lake).serving_view("revenue_by_category"))
     if not path.exists():
         return None
     df = DeltaTable(str(path)).to_pandas()
