@@ -39,7 +39,7 @@ from .worker import TaskSpec
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..compiler import BatchOptions
+    from ..model import BatchOptions
     from .run import GeneralViews
 
 __all__ = [

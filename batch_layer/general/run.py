@@ -9,8 +9,8 @@ from speed_layer.graph.nodes import SubTopology
 from speed_layer.graph.ops import GlobalStoreOp
 from speed_layer.runtime.internal_topics import plan_topology
 
-from ..compiler import BatchCompileError, BatchViews
-from ..errors import BatchLayerError
+from ..errors import BatchCompileError, BatchLayerError
+from ..views import BatchViews
 from .plan import MAX_ROUNDS, GeneralPlan, in_memory, task_spec, union_all
 from .worker import INPUT_SCHEMA, OUTPUT_SCHEMA, task_function
 

@@ -28,7 +28,7 @@ from ._tables import TableStages, TableViewGroup
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..compiler import BatchPlan
+    from ..model import RelationalPlan
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class ExecContext:
 
     spark: "SparkSession"
     lake: Path | None
-    plan: "BatchPlan"
+    plan: "RelationalPlan"
     input_frames: dict[str, "DataFrame"] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
     shared: dict[str, StreamPipe] = field(default_factory=dict)
@@ -305,7 +305,7 @@ class ExecContext:
             return False
         from speed_layer.graph import ops
 
-        from .base import STATELESS_OPS
+        from ..model import STATELESS_OPS
 
         steps = STATELESS_OPS + (ops.SinkOp, ops.SourceOp)
         readers = self.readers()
@@ -364,7 +364,7 @@ class ExecContext:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from . import _fused as fu
+        from ._fused import FUSED_AGG_SCHEMA, fused_chain_function
 
         names = list(pending)
         by_base: dict[Any, list[tuple[int, tuple[Step, ...], Any, int]]] = {}
@@ -390,9 +390,9 @@ class ExecContext:
             else:
                 df = self.raw_frame(base.topic)
                 decoder = RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
-            fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
+            fn = fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
                                          self.plan.config.python_gc_thresholds, frozenset(counted))
-            frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
+            frames.append(df.mapInArrow(fn, FUSED_AGG_SCHEMA))
         prep = reduce(lambda a, b: a.unionByName(b), frames)
         out = self.sorted_folds(prep, folds)
         out = out.persist(StorageLevel.DISK_ONLY)
@@ -409,7 +409,7 @@ class ExecContext:
         rows in the order the pass emitted them (the tie-break of equal order keys)."""
         from pyspark.sql import functions as F
 
-        from . import _fused as fu
+        from ._fused import FUSED_VIEW_SCHEMA, FusedFold, arrow_group_fn
 
         # cid in the top bits: each output partition comes out view by view, so the
         # persisted result's cached batches hold one view each and a view's scan skips
@@ -417,8 +417,8 @@ class ExecContext:
         hashed = F.xxhash64(self.bucket("gk"), F.col("blk")).bitwiseAND(F.lit(_GROUP_HASH_MASK))
         grp = F.shiftleft(F.col("cid").cast("long"), _GROUP_HASH_BITS).bitwiseOR(hashed).alias("grp")
         prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("grp", grp)
-        fold = fu.FusedFold(folds, self.plan.config.python_gc_thresholds)
-        return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fold), fu.FUSED_VIEW_SCHEMA)
+        fold = FusedFold(folds, self.plan.config.python_gc_thresholds)
+        return prep.groupBy("grp").applyInArrow(arrow_group_fn(fold), FUSED_VIEW_SCHEMA)
 
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""

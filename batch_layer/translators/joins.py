@@ -32,10 +32,11 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.state.keys import ORDERED_KEY
 
+from ..model import TABLE_OPS
 from ._asof_join import AsOfJoinGroup, BroadcastJoinStep, JoinPrepEmitter, TableRowsEmitter
 from ._plan import FrameBase, StreamPipe
 from ._records import STREAM_SCHEMA, group_fn
-from .base import TABLE_OPS, Translator, Unsupported
+from .base import Translator, Unsupported
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology

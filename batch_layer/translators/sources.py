@@ -21,14 +21,15 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.state.keys import ORDERED_KEY, PICKLE
 
+from ..model import TABLE_OPS
 from ._chain import DropNullKeyStep, RoundTripStep
 from ._plan import RawBase, StreamPipe, TableChain
-from .base import TABLE_OPS, Translator, Unsupported
+from .base import Translator, Unsupported
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
 
-    from ..compiler import BatchPlan
+    from ..model import RelationalPlan
 
     from ._plan import ExecContext
 
@@ -74,7 +75,7 @@ def is_table_source(topology: "Topology", name: str) -> bool:
     return bool(children) and all(isinstance(c.op, (ops.TableSourceOp, ops.GlobalStoreOp)) for c in children)
 
 
-def table_src_indexes(plan: "BatchPlan") -> frozenset[int]:
+def table_src_indexes(plan: "RelationalPlan") -> frozenset[int]:
     """The ``src`` indexes of the topics ``plan`` reads as KTable / GlobalKTable
     changelogs: at one timestamp their records come before stream records (the batch
     order's "table changes first"; ``_records.ranked_rows``)."""

@@ -44,11 +44,12 @@ from typing import TYPE_CHECKING
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
+from ..model import STATELESS_OPS
 from ._chain import StreamEmitter
 from ._plan import FrameBase, StreamPipe
 from ._records import STREAM_SCHEMA, group_fn
 from ._stream_join_runtime import JoinSpec, StreamJoinGroup
-from .base import STATELESS_OPS, Translator, Unsupported
+from .base import Translator, Unsupported
 from .sources import walk_upstream
 
 if TYPE_CHECKING:
