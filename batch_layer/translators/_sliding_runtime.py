@@ -24,8 +24,8 @@ from speed_layer.processor.builtin.sliding import SlidingWindowAggregateProcesso
 from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key
 
-from ..general.plan import FULL_HISTORY_MS
 from ..general.store_rows import key_text
+from ..general.topology import FULL_HISTORY_MS
 from ._folds import _Fold
 from ._records import Errors, add_error
 from ._replay_context import ReplayContext

@@ -57,7 +57,7 @@ from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key, encode_key
 from speed_layer.windows import SessionWindows, TimeWindows
 
-from ..general.plan import FULL_HISTORY_MS
+from ..general.topology import FULL_HISTORY_MS
 from ._accumulators import flush
 from ._chain import Step, StreamEmitter
 from ._plan import FrameBase, StreamPipe
