@@ -21,187 +21,45 @@ Usage::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import TYPE_CHECKING, Any
 
 from speed_layer.config import StreamsConfig
 from speed_layer.graph import ops
 from speed_layer.topology import Topology
 
-from .errors import BatchLayerError
+from .errors import BatchCompileError
+from .model import BatchOptions, RelationalPlan
 from .translators import TRANSLATORS, VIEW_WRITERS, Translator, Unsupported
+from .translators._plan import ExecContext
+from .translators.sources import topic_writers
+from .views import BatchViews
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from .general.plan import GeneralPlan
 
-    from .translators._plan import ExecContext
-
 __all__ = ["BatchCompileError", "BatchOptions", "BatchPlan", "BatchViews", "compile_topology"]
 
-DAY_MS = 24 * 3600 * 1000
 
-
-class BatchCompileError(BatchLayerError):
-    """A topology (or part of it) that the batch layer cannot translate.
-
-    Attributes:
-        node: the node that cannot be translated (None when the request itself is wrong,
-            e.g. an unknown view).
-        op: the node's op type name (or None).
-        reason: why.
-        views: the requested views that depend on ``node``.
-    """
-
-    def __init__(self, reason: str, *, node: str | None = None, op: str | None = None, views: Iterable[str] = ()) -> None:
-        self.node, self.op, self.reason, self.views = node, op, reason, tuple(views)
-        if node is None:
-            msg = reason
-        else:
-            msg = f"cannot compile node {node!r} ({op}) needed by view(s) {list(self.views)}: {reason}"
-        super().__init__(msg)
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    """Tuning of the batch plan (semantics never change with these).
-
-    Attributes:
-        join_strategy: stream-table joins by ``"broadcast"`` of the table changelog,
-            ``"shuffle"`` (union + group by join key), or ``"auto"``: broadcast when the
-            table has at most ``broadcast_max_rows`` changes.
-        broadcast_max_rows: see ``join_strategy``.
-        window_block_ms: time-window aggregations group records by (key, block of window
-            starts); a block spans at least this many ms (and at least the window size).
-            Larger blocks: fewer, bigger groups; a record is copied into at most 2 blocks.
-        min_input_partitions: raw inputs with fewer Spark partitions are repartitioned to
-            this many (None: the SparkContext's default parallelism).
-        persist_shared: persist (``DISK_ONLY``) a node's output consumed by several nodes
-            when recomputing it would redo a join or shuffle (not when only fused
-            aggregations read it, see ``fuse_aggregations``).
-        fuse_aggregations: the KGroupedStream aggregations of the requested views (and
-            cogroups) run in ONE pass per input and ONE shuffle: each input is decoded once,
-            a step shared by several views runs once per record, then one ``applyInArrow``
-            calls each view's fold on its groups (``translators._fused``). A stream read only
-            by such aggregations is then not persisted.
-        key_buckets: keyed ``applyInPandas`` steps (aggregations, shuffled joins, table
-            views) hash keys into this many groups, each call folding all of its keys.
-        executor: ``"auto"``: the relational translation when every node upstream of the
-            requested views has one, else the general executor (the speed layer's own
-            processors run per task inside Spark, ``batch_layer.general``);
-            ``"general"``: always the general executor. Both give the same answer
-            (docs/batch-executors.md).
-        write_concurrency: the views are written by up to this many Spark jobs at once
-            (one driver thread each; 1: one after another). A view's write is mostly
-            driver-side latency on small data (planning, the Delta commit), which the
-            others' jobs overlap; views computed by one fused pass share its one shuffle
-            and its persisted result (a second job waits for the stage the first runs).
-    """
-
-    join_strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
-    broadcast_max_rows: int = 200_000
-    window_block_ms: int = 30 * DAY_MS
-    min_input_partitions: int | None = None
-    persist_shared: bool = True
-    fuse_aggregations: bool = True
-    key_buckets: int = 64
-    executor: Literal["auto", "general"] = "auto"
-    write_concurrency: int = 4
-
-    def __post_init__(self) -> None:
-        if self.executor not in ("auto", "general"):
-            raise ValueError(f"executor must be auto or general, got {self.executor!r}")
-        if self.write_concurrency < 1:
-            raise ValueError(f"write_concurrency must be >= 1, got {self.write_concurrency}")
-        if self.join_strategy not in ("auto", "broadcast", "shuffle"):
-            raise ValueError(f"join_strategy must be auto, broadcast or shuffle, got {self.join_strategy!r}")
-        if self.broadcast_max_rows < 0 or self.window_block_ms <= 0 or self.key_buckets <= 0:
-            raise ValueError("broadcast_max_rows must be >= 0, window_block_ms and key_buckets > 0")
-
-
-class BatchViews(dict):
-    """``{store: view DataFrame}`` returned by :meth:`BatchPlan.execute`, lazily defined.
-
-    View DataFrame columns (contracts.md): ``key string, window_start long (ms), window_end
-    long (ms), value string (JSON), timestamp long (ms)``; window bounds are null for
-    non-windowed stores.
-
-    The counters are read from Spark accumulators, so they are complete only after every
-    frame has been computed (e.g. written).
-    """
-
-    def __init__(self, frames: dict[str, "DataFrame"], ctx: "ExecContext") -> None:
-        super().__init__(frames)
-        self._ctx = ctx
-
-    def dropped_by_node(self) -> dict[str, int]:
-        """Records dropped by a failing deserialization / timestamp extraction / user
-        function, per node (the speed layer's dead letters)."""
-        return {node: len(ids) for node, ids in sorted(self._ctx.errors_acc.value.items())}
-
-    def dropped(self) -> int:
-        """Distinct source records dropped by at least one failure."""
-        ids: set[Any] = set()
-        for s in self._ctx.errors_acc.value.values():
-            ids |= s
-        return len(ids)
-
-    def watermark_ms(self) -> int:
-        """Largest (extracted) timestamp of the stream sources' records read, ms; -1 if none."""
-        return int(self._ctx.watermark_acc.value)
-
-    @property
-    def join_strategies(self) -> dict[str, str]:
-        """Join node -> ``"broadcast"`` or ``"shuffle"`` as chosen at execution."""
-        return dict(self._ctx.join_strategies)
-
-    def release(self) -> None:
-        """Unpersist shared intermediates and destroy broadcast indexes (call after the
-        frames have been used)."""
-        self._ctx.release()
-
-
-@dataclass
-class BatchPlan:
+class BatchPlan(RelationalPlan):
     """A compiled topology: the nodes needed for ``views`` in creation order (parents
-    first), their dependencies and consumer counts. Build it with :func:`compile_topology`."""
+    first), their dependencies and consumer counts. Build it with :func:`compile_topology`.
 
-    topology: Topology
-    views: tuple[str, ...]
-    nodes: tuple[str, ...]
-    deps: dict[str, tuple[str, ...]]
-    consumers: dict[str, int]
-    config: StreamsConfig
-    options: BatchOptions
-    #: (source node, topic) -> index used as an order tie-breaker between topics
-    src_index: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    @property
-    def executor(self) -> str:
-        """``"relational"`` (a ``GeneralPlan`` says ``"general"``)."""
-        return "relational"
+    The data and ``explain`` are :class:`batch_layer.model.RelationalPlan`'s (what the
+    translators read); this class adds what needs the translators: ``source_topics`` and
+    ``execute``."""
 
     @property
     def source_topics(self) -> list[str]:
         """Topics read from ``<lake>/raw/<topic>`` by this plan."""
         out = []
-        from .translators.sources import topic_writers
-
         for name in self.nodes:
             node = self.topology.nodes[name]
             if isinstance(node.op, ops.SourceOp):
                 out.extend(t for t in node.op.topics if not topic_writers(self.topology, node, t))
         return out
-
-    def explain(self) -> str:
-        """One line per needed node: name, op, dependencies."""
-        lines = [f"views: {', '.join(self.views)}"]
-        for name in self.nodes:
-            op = self.topology.nodes[name].op
-            lines.append(f"  {name}: {type(op).__name__} <- {', '.join(self.deps[name]) or '(raw input)'}")
-        return "\n".join(lines)
 
     def execute(self, spark: "SparkSession", lake: str | Path | None, *, input_frames: dict[str, "DataFrame"] | None = None) -> BatchViews:
         """Build the PySpark plan of every requested view.
@@ -221,8 +79,6 @@ class BatchPlan:
         Raises:
             BatchLayerError: if a raw input table is missing.
         """
-        from .translators._plan import ExecContext
-
         ctx = ExecContext(spark, None if lake is None else Path(lake), self, dict(input_frames or {}))
         try:
             for name in self.nodes:

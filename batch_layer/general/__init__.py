@@ -11,7 +11,8 @@ session stores never expire).
 """
 from __future__ import annotations
 
-from .plan import FULL_HISTORY_MS, GeneralPlan, full_history
+from .run import GeneralPlan
 from .store_rows import ViewRow, store_rows
+from .topology import FULL_HISTORY_MS, full_history
 
 __all__ = ["FULL_HISTORY_MS", "GeneralPlan", "ViewRow", "full_history", "store_rows"]

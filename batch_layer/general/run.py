@@ -1,23 +1,33 @@
-"""One execution of a :class:`~batch_layer.general.plan.GeneralPlan` in Spark, and the
-views it returns."""
+"""A topology compiled for the general executor (:class:`GeneralPlan`, built by
+:func:`batch_layer.general.plan.plan_general`), one execution of it in Spark
+(:class:`GeneralRun`), and the views it returns (:class:`GeneralViews`)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speed_layer.config import StreamsConfig
 from speed_layer.graph.nodes import SubTopology
 from speed_layer.graph.ops import GlobalStoreOp
 from speed_layer.runtime.internal_topics import plan_topology
+from speed_layer.topology import Topology
 
-from ..compiler import BatchCompileError, BatchViews
-from ..errors import BatchLayerError
-from .plan import MAX_ROUNDS, GeneralPlan, in_memory, task_spec, union_all
-from .worker import INPUT_SCHEMA, OUTPUT_SCHEMA, task_function
+from ..errors import BatchCompileError, BatchLayerError
+from ..views import BatchViews
+from .topology import batch_config, in_memory
+from .worker import INPUT_SCHEMA, OUTPUT_SCHEMA, TaskSpec, task_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["GeneralRun", "GeneralViews"]
+    from ..model import BatchOptions
+
+__all__ = ["MAX_ROUNDS", "GeneralPlan", "GeneralRun", "GeneralViews", "Group", "task_spec", "union_all"]
+
+#: rounds a group of sub-topologies that feed each other may take to settle
+MAX_ROUNDS = 10
 
 _VIEW_COLUMNS = ("skey as key", "ws as window_start", "we as window_end", "sval as value", "sts as timestamp")
 
@@ -95,6 +105,102 @@ class GeneralViews(BatchViews):
 
     def release(self) -> None:
         _release(self._persisted)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Sub-topologies run together: one, or several that feed each other (``cyclic``)."""
+
+    subs: tuple[SubTopology, ...]
+    cyclic: bool
+
+
+@dataclass
+class GeneralPlan:
+    """A topology compiled for the general executor (build it with
+    :func:`batch_layer.general.plan.plan_general`).
+
+    Attributes:
+        topology: the topology as the user built it.
+        views: the stores whose content is computed.
+        config: the speed layer's config.
+        options: batch options.
+        groups: sub-topology groups in dependency order.
+        produced: full topic name -> ids of the sub-topologies writing it.
+        reads: sub-topology id -> the full topic names its tasks read (global tables'
+            topics included).
+        input_topics: topics read from ``<lake>/raw/<topic>`` (no sink of the topology
+            writes them).
+        table_topics: input topics read as KTable / GlobalKTable changelogs.
+    """
+
+    topology: Topology
+    views: tuple[str, ...]
+    config: StreamsConfig
+    options: "BatchOptions"
+    groups: tuple[Group, ...]
+    produced: dict[str, tuple[int, ...]]
+    reads: dict[int, tuple[str, ...]]
+    globals_of: dict[int, tuple[tuple[str, str, tuple[str, ...]], ...]]
+    input_topics: tuple[str, ...]
+    table_topics: frozenset[str]
+    executor: str = field(default="general", init=False)
+
+    @property
+    def source_topics(self) -> list[str]:
+        """Topics read from ``<lake>/raw/<topic>`` by this plan."""
+        return list(self.input_topics)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self.topology.nodes)
+
+    def levels(self) -> list[list[Group]]:
+        """The groups by dependency level: a group's level is one more than the highest
+        level of the groups writing a topic it reads; the acyclic groups of one level run
+        in one Spark stage."""
+        level_of: dict[int, int] = {}
+        out: list[list[Group]] = []
+        for g in self.groups:  # dependency order
+            ids = {s.id for s in g.subs}
+            writers = {w for s in g.subs for t in self.reads[s.id] for w in self.produced.get(t, ()) if w not in ids}
+            lvl = max((level_of[w] + 1 for w in writers), default=0)
+            for i in ids:
+                level_of[i] = lvl
+            while len(out) <= lvl:
+                out.append([])
+            out[lvl].append(g)
+        return out
+
+    def explain(self) -> str:
+        """One line per sub-topology group: ids, topics read, whether it iterates."""
+        lines = [f"views: {', '.join(self.views)}", "executor: general (speed layer processors per task)"]
+        for g in self.groups:
+            ids = ", ".join(str(s.id) for s in g.subs)
+            topics = sorted({t for s in g.subs for t in self.reads[s.id]})
+            lines.append(f"  sub-topolog{'ies' if len(g.subs) > 1 else 'y'} {ids}{' (to a fixed point)' if g.cyclic else ''} <- {', '.join(topics)}")
+        return "\n".join(lines)
+
+    def execute(self, spark: "SparkSession", lake: Any, *, input_frames: dict[str, "DataFrame"] | None = None) -> "GeneralViews":
+        """Run every sub-topology in Spark; returns :class:`GeneralViews` (lazy frames over
+        persisted task outputs).
+
+        Raises:
+            BatchLayerError: a raw input table is missing.
+            BatchCompileError: a group of sub-topologies feeding each other did not settle
+                within :data:`MAX_ROUNDS` rounds.
+        """
+        return GeneralRun(self, spark, lake, dict(input_frames or {})).run()
+
+
+def task_spec(plan: GeneralPlan, topology: Topology, sub: SubTopology, partitions: dict[str, int], default_partitions: int) -> TaskSpec:
+    """The :class:`TaskSpec` of ``sub``'s tasks."""
+    wanted = tuple(s for s in sub.stores if s in plan.views)
+    return TaskSpec(topology, batch_config(plan.config), sub, partitions, default_partitions, plan.globals_of.get(sub.id, ()), wanted)
+
+
+def union_all(frames: list["DataFrame"]) -> "DataFrame":
+    return reduce(lambda a, b: a.unionByName(b), frames)
 
 
 class GeneralRun:

@@ -54,9 +54,9 @@ from speed_layer.processor.builtin.fk_join import (
 )
 from speed_layer.state.keys import encode_key
 
-from ._runtime import (
-    RECORD_COLUMNS, Errors, TableToStreamGroup, _stream_frame, add_error, dumps, flush, loads_or_none, ranked_rows, rows_frame,
-)
+from ._accumulators import flush
+from ._records import RECORD_COLUMNS, Errors, _stream_frame, add_error, dumps, loads_or_none, ranked_rows, rows_frame
+from ._tables import TableToStreamGroup
 
 FK_SCHEMA = "gjk binary, side int, k binary, v binary, ts long, p int, o long, src int, seq string"
 #: a subscription-store entry's left value changed without a new subscription (see module docstring)
@@ -198,7 +198,7 @@ class ForeignKeyJoinGroup:
     """``applyInPandas`` over a bucket of foreign keys (:data:`FK_SCHEMA` in, stream frame
     out: the resolver's records keyed by the left key): pass 2 of the module docstring."""
 
-    #: indexes ``src`` of the KTable / GlobalKTable topics (``_runtime.ranked_rows``)
+    #: indexes ``src`` of the KTable / GlobalKTable topics (``_records.ranked_rows``)
     table_srcs: frozenset[int] = frozenset()
 
     def __init__(self, spec: FkJoinSpec, errors_acc: Any) -> None:

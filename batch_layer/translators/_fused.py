@@ -20,7 +20,7 @@ read it back, unpickle and re-pickle it once per view, each view with its own sh
   the same rows, so the results and error counts are the same. Rows enter and leave
   Python as Arrow arrays (no pandas frames).
 
-Record tuples, frames and error accounting are those of :mod:`._runtime`.
+Record tuples, frames and error accounting are those of :mod:`._records`.
 """
 from __future__ import annotations
 
@@ -34,12 +34,15 @@ import pyarrow.compute as pc
 
 from speed_layer.runtime import gc_tuning
 
-from . import _runtime as rt
+from ._accumulators import flush
+from ._agg_prep import Memo, window_starts_range
+from ._chain import Step
+from ._records import AGG_SCHEMA, VIEW_SCHEMA, Errors, Rec, add_error, rid
 
-#: :data:`_runtime.AGG_SCHEMA` rows tagged with the consumer (view) they feed
-FUSED_AGG_SCHEMA = "cid int, " + rt.AGG_SCHEMA
-#: :data:`_runtime.VIEW_SCHEMA` rows tagged with the consumer (view) they belong to
-FUSED_VIEW_SCHEMA = rt.VIEW_SCHEMA + ", cid int"
+#: :data:`_records.AGG_SCHEMA` rows tagged with the consumer (view) they feed
+FUSED_AGG_SCHEMA = "cid int, " + AGG_SCHEMA
+#: :data:`_records.VIEW_SCHEMA` rows tagged with the consumer (view) they belong to
+FUSED_VIEW_SCHEMA = VIEW_SCHEMA + ", cid int"
 
 
 class _TrieNode:
@@ -50,7 +53,7 @@ class _TrieNode:
 
     def __init__(self) -> None:
         self.ends: list[tuple[int, Any, int]] = []  # (cid, emitter, rank)
-        self.children: dict[int, tuple[rt.Step, _TrieNode]] = {}
+        self.children: dict[int, tuple[Step, _TrieNode]] = {}
 
 
 def step_trie(consumers: list[tuple[Any, ...]]) -> _TrieNode:
@@ -76,7 +79,7 @@ _ARROW_TYPES = {"binary": pa.binary(), "long": pa.int64(), "int": pa.int32(), "s
 
 
 def arrow_schema(ddl: str) -> pa.Schema:
-    """The Arrow schema of a DDL string of :mod:`._runtime` (binary, long, int, string)."""
+    """The Arrow schema of a DDL string of :mod:`._records` (binary, long, int, string)."""
     return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in (f.split() for f in ddl.split(","))])
 
 
@@ -84,10 +87,10 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                          gc_thresholds: tuple[int, int, int] | None = None, precount: frozenset[int] = frozenset(),
                          ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of one input feeding several consumers ``(cid, steps,
-    emitter[, rank])`` (``_runtime.AggPrepEmitter`` objects): decode each row once (the batch converted to
+    emitter[, rank])`` (``_agg_prep.AggPrepEmitter`` objects): decode each row once (the batch converted to
     pandas as ``mapInPandas`` would), run it through the step trie (a step that raises drops
     the record for every consumer below it and counts it at the step's node, as
-    ``_runtime.chain_function`` does), emit each consumer's records with its ``cid``
+    ``_chain.chain_function`` does), emit each consumer's records with its ``cid``
     (:data:`FUSED_AGG_SCHEMA`, built as Arrow arrays: no pandas frame on the way out).
 
     Rows of one input record come in the order of their consumers' ``rank`` (default 0),
@@ -102,7 +105,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     set off a young collection every 700 rows and walk the worker's heap again and again.
 
     ``precount``: consumers whose fold is a count over time windows
-    (``_runtime.TimeWindowFold.precounting``). Their records are not emitted one row each:
+    (``_folds.TimeWindowFold.precounting``). Their records are not emitted one row each:
     the pass counts them per ``(key, set of windows)`` (the records of one key whose
     timestamps fall in the same windows) and emits one row per such set and block, its
     ``ts`` the largest of the set and its ``v`` the number of records (ASCII digits), when
@@ -114,8 +117,8 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     schema = arrow_schema(FUSED_AGG_SCHEMA)
     ranks = 1 + max((c[3] for c in consumers if len(c) > 3), default=0)
 
-    def walk(node: _TrieNode, recs: list[rt.Rec], outs: list[list[tuple[Any, ...]]], errs: rt.Errors,
-             memo: tuple[rt.Memo, rt.Memo]) -> None:
+    def walk(node: _TrieNode, recs: list[Rec], outs: list[list[tuple[Any, ...]]], errs: Errors,
+             memo: tuple[Memo, Memo]) -> None:
         for cid, emitter, rank in node.ends:
             if cid in precount:
                 count(cid, emitter, recs, errs, memo)
@@ -128,12 +131,12 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                     for b in blocks:
                         append((cid, gk, b, kb, vb, r[2], r[3], r[4], r[5], r[6]))
         for step, child in node.children.values():
-            nxt: list[rt.Rec] = []
+            nxt: list[Rec] = []
             for r in recs:
                 try:
                     res = step(r)
                 except Exception:  # noqa: BLE001 - a dead letter of the speed layer
-                    rt.add_error(errs, step.node, rt.rid(r))
+                    add_error(errs, step.node, rid(r))
                     continue
                 if res:
                     nxt.extend(res)
@@ -143,14 +146,14 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
     # (cid, gk, kb, first and last window start) -> [n, max ts, p, o, src, seq, blocks]
     counts: dict[tuple[Any, ...], list[Any]] = {}
 
-    def count(cid: int, emitter: Any, recs: list[rt.Rec], errs: rt.Errors, memo: tuple[rt.Memo, rt.Memo]) -> None:
+    def count(cid: int, emitter: Any, recs: list[Rec], errs: Errors, memo: tuple[Memo, Memo]) -> None:
         size, adv = emitter.size, emitter.adv
         for r in recs:
             prep = emitter.prepare(r, errs, memo)
             if prep is not None and prep[1]:
                 gk, blocks, kb, _ = prep
                 ts = r[2]
-                first, last = rt.window_starts_range(ts, size, adv)
+                first, last = window_starts_range(ts, size, adv)
                 slot = (cid, gk, kb, first, last)
                 entry = counts.get(slot)
                 if entry is None:
@@ -175,7 +178,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
                 gc_tuning.release()
 
     def passes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        errs: rt.Errors = {}
+        errs: Errors = {}
         counts.clear()  # nothing left from a task that failed in this worker
         for batch in batches:
             out: list[tuple[Any, ...]] = []
@@ -194,7 +197,7 @@ def fused_chain_function(decoder: Any, consumers: list[tuple[Any, ...]], errors_
             yield arrow_batch(schema, out)
         if counts:
             yield arrow_batch(schema, counted())
-        rt.flush(errors_acc, errs, wm_acc if decoder.watermark else None, decoder.wm)
+        flush(errors_acc, errs, wm_acc if decoder.watermark else None, decoder.wm)
 
     return run
 
@@ -251,11 +254,11 @@ class FusedFold:
     ``(cid, key bucket, block)``, so that Spark sorts the groups by one long, a radix sort).
 
     Arrow sorts the group by ``(cid, blk, gk)`` and then each key's rows in batch order
-    ``(ts, table changes first, p, o, src, seq)`` as ``_runtime.ranked_rows`` orders them
+    ``(ts, table changes first, p, o, src, seq)`` as ``_records.ranked_rows`` orders them
     (a table change is a row whose ``src`` is in its fold's ``table_srcs``), then by
     ``mid``: rows of one source record that share its order key keep the order in which
     the pass emitted them. Then the fold of consumer ``cid`` (``folds[cid]``, a
-    ``_runtime._Fold``) runs over each ``(cid, blk)``'s keys, each key's rows
+    ``_folds._Fold``) runs over each ``(cid, blk)``'s keys, each key's rows
     ``(gk, ts, p, o, src, seq, k, v)`` (``k`` is ``gk`` where the row has none); its view
     rows are tagged with ``cid`` (:data:`FUSED_VIEW_SCHEMA`, an Arrow table). The worker's
     collector thresholds are ``gc_thresholds`` during the call (see
@@ -309,9 +312,9 @@ class FusedFold:
             while i < n:  # one (cid, blk) at a time (almost always the whole group)
                 j = n if cid[i] == cid[-1] and blk[i] == blk[-1] else _run_end(cid, blk, i)
                 fold = self.folds[cid[i]]
-                errs: rt.Errors = {}
+                errs: Errors = {}
                 view_rows = fold.fold(groupby(rows[i:j] if j - i < n else rows, key=itemgetter(0)), blk[i], errs)
-                rt.flush(fold.errors_acc, errs)
+                flush(fold.errors_acc, errs)
                 c = cid[i]
                 out.extend(r + (c,) for r in view_rows)
                 i = j
@@ -328,7 +331,7 @@ def _run_end(cid: list[int], blk: list[int], i: int) -> int:
 
 def arrow_group_fn(obj: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
     """A one-argument function for ``applyInArrow`` (Spark inspects the signature, as for
-    ``_runtime.group_fn``)."""
+    ``_records.group_fn``)."""
 
     def fn(table: pa.Table) -> pa.Table:
         return obj(table)

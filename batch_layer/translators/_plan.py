@@ -19,12 +19,16 @@ from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _runtime as rt
+from ._accumulators import ErrorsParam, MaxParam
+from ._chain import FrameDecoder, RawDecoder, Step, StreamEmitter, chain_function
+from ._folds import TimeWindowFold
+from ._records import VIEW_SCHEMA, group_fn
+from ._tables import TableStages, TableViewGroup
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..compiler import BatchPlan
+    from ..model import RelationalPlan
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class RawBase:
 
 @dataclass(frozen=True, eq=False)
 class FrameBase:
-    """An already built stream frame (:data:`_runtime.STREAM_SCHEMA`)."""
+    """An already built stream frame (:data:`_records.STREAM_SCHEMA`)."""
 
     df: "DataFrame"
 
@@ -54,7 +58,7 @@ class Leaf:
     :meth:`StreamPipe.reached_by`): ``(topic crossings, child indexes along the path)``."""
 
     base: RawBase | FrameBase
-    steps: tuple[rt.Step, ...] = ()
+    steps: tuple[Step, ...] = ()
     order: tuple[int, tuple[int, ...]] = (0, ())
 
 
@@ -68,7 +72,7 @@ class StreamPipe:
     def of(base: RawBase | FrameBase) -> "StreamPipe":
         return StreamPipe((Leaf(base),))
 
-    def then(self, step: rt.Step) -> "StreamPipe":
+    def then(self, step: Step) -> "StreamPipe":
         """This stream followed by ``step`` (distributed over the union's leaves)."""
         return StreamPipe(tuple(replace(leaf, steps=leaf.steps + (step,)) for leaf in self.leaves))
 
@@ -102,15 +106,15 @@ class StreamPipe:
         frames = []
         for leaf in self.leaves:
             if isinstance(leaf.base, FrameBase):
-                if not leaf.steps and isinstance(emitter, rt.StreamEmitter):
+                if not leaf.steps and isinstance(emitter, StreamEmitter):
                     frames.append(leaf.base.df)
                     continue
-                df, decoder = leaf.base.df, rt.FrameDecoder()
+                df, decoder = leaf.base.df, FrameDecoder()
             else:
                 b = leaf.base
                 df = ctx.raw_frame(b.topic)
-                decoder = rt.RawDecoder(b.node, b.key_serde, b.value_serde, b.extractor, b.src, b.stream)
-            fn = rt.chain_function(decoder, leaf.steps, emitter, ctx.errors_acc, ctx.watermark_acc)
+                decoder = RawDecoder(b.node, b.key_serde, b.value_serde, b.extractor, b.src, b.stream)
+            fn = chain_function(decoder, leaf.steps, emitter, ctx.errors_acc, ctx.watermark_acc)
             frames.append(df.mapInPandas(fn, emitter.schema))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
@@ -119,7 +123,7 @@ class StreamPipe:
 class TableChain:
     """A KTable: ``changelog`` records carry the source's new value; ``stages`` are
     ``("filter", node, predicate, negate)`` / ``("map", node, mapper, with_key)`` applied to
-    each value in order (:class:`_runtime.TableStages`)."""
+    each value in order (:class:`_tables.TableStages`)."""
 
     changelog: StreamPipe
     source_node: str
@@ -130,14 +134,14 @@ class TableChain:
         return replace(self, stages=self.stages + (stage,))
 
     @property
-    def table_stages(self) -> rt.TableStages:
-        return rt.TableStages(self.stages)
+    def table_stages(self) -> TableStages:
+        return TableStages(self.stages)
 
 
 @dataclass(frozen=True, eq=False)
 class PendingFold:
     """An aggregation not yet planned: ``pipe``'s records go through ``emitter`` (an
-    ``AggPrepEmitter``) into ``fold`` (a ``_runtime._Fold``), grouped by key bucket (and by
+    ``AggPrepEmitter``) into ``fold`` (a ``_folds._Fold``), grouped by key bucket (and by
     block of window starts when ``blocks``). :meth:`ExecContext.views` plans the folds of the
     requested views together (``_fused``) or, alone, as one ``mapInPandas`` and one
     ``applyInArrow`` (:meth:`ExecContext.sorted_folds`)."""
@@ -157,7 +161,7 @@ class PendingFold:
 
 @dataclass(frozen=True, eq=False)
 class ViewRep:
-    """The content of a store as a view DataFrame (:data:`_runtime.VIEW_SCHEMA`): ``df``, or
+    """The content of a store as a view DataFrame (:data:`_records.VIEW_SCHEMA`): ``df``, or
     ``pending`` until :meth:`ExecContext.views` plans it."""
 
     df: "DataFrame | None"
@@ -192,7 +196,7 @@ class ExecContext:
 
     spark: "SparkSession"
     lake: Path | None
-    plan: "BatchPlan"
+    plan: "RelationalPlan"
     input_frames: dict[str, "DataFrame"] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
     shared: dict[str, StreamPipe] = field(default_factory=dict)
@@ -206,8 +210,8 @@ class ExecContext:
 
     def __post_init__(self) -> None:
         sc = self.spark.sparkContext
-        self.errors_acc = sc.accumulator({}, rt.ErrorsParam())
-        self.watermark_acc = sc.accumulator(-1, rt.MaxParam())
+        self.errors_acc = sc.accumulator({}, ErrorsParam())
+        self.watermark_acc = sc.accumulator(-1, MaxParam())
         self.parallelism = self.plan.options.min_input_partitions or sc.defaultParallelism
 
     # ------------------------------------------------------------------ inputs
@@ -285,7 +289,7 @@ class ExecContext:
                 and not self.feeds_only_folds(name)):
             from pyspark import StorageLevel
 
-            df = rep.materialize(self, rt.StreamEmitter()).persist(StorageLevel.DISK_ONLY)
+            df = rep.materialize(self, StreamEmitter()).persist(StorageLevel.DISK_ONLY)
             self.persisted.append(df)
             rep = StreamPipe.of(FrameBase(df))
             self.shared[name] = rep
@@ -301,7 +305,7 @@ class ExecContext:
             return False
         from speed_layer.graph import ops
 
-        from .base import STATELESS_OPS
+        from ..model import STATELESS_OPS
 
         steps = STATELESS_OPS + (ops.SinkOp, ops.SourceOp)
         readers = self.readers()
@@ -360,10 +364,10 @@ class ExecContext:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from . import _fused as fu
+        from ._fused import FUSED_AGG_SCHEMA, fused_chain_function
 
         names = list(pending)
-        by_base: dict[Any, list[tuple[int, tuple[rt.Step, ...], Any, int]]] = {}
+        by_base: dict[Any, list[tuple[int, tuple[Step, ...], Any, int]]] = {}
         for cid, name in enumerate(names):
             leaves: dict[Any, list[Leaf]] = {}
             for leaf in pending[name].pipe.leaves:
@@ -376,19 +380,19 @@ class ExecContext:
         folds = {cid: pending[name].fold for cid, name in enumerate(names)}
         counted = {}
         for cid, fold in folds.items():
-            precounted = fold.precounting() if isinstance(fold, rt.TimeWindowFold) else None
+            precounted = fold.precounting() if isinstance(fold, TimeWindowFold) else None
             if precounted is not None:
                 counted[cid] = folds[cid] = precounted
         frames = []
         for base, consumers in by_base.items():
             if isinstance(base, FrameBase):
-                df, decoder = base.df, rt.FrameDecoder()
+                df, decoder = base.df, FrameDecoder()
             else:
                 df = self.raw_frame(base.topic)
-                decoder = rt.RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
-            fn = fu.fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
+                decoder = RawDecoder(base.node, base.key_serde, base.value_serde, base.extractor, base.src, base.stream)
+            fn = fused_chain_function(decoder, consumers, self.errors_acc, self.watermark_acc,
                                          self.plan.config.python_gc_thresholds, frozenset(counted))
-            frames.append(df.mapInArrow(fn, fu.FUSED_AGG_SCHEMA))
+            frames.append(df.mapInArrow(fn, FUSED_AGG_SCHEMA))
         prep = reduce(lambda a, b: a.unionByName(b), frames)
         out = self.sorted_folds(prep, folds)
         out = out.persist(StorageLevel.DISK_ONLY)
@@ -405,7 +409,7 @@ class ExecContext:
         rows in the order the pass emitted them (the tie-break of equal order keys)."""
         from pyspark.sql import functions as F
 
-        from . import _fused as fu
+        from ._fused import FUSED_VIEW_SCHEMA, FusedFold, arrow_group_fn
 
         # cid in the top bits: each output partition comes out view by view, so the
         # persisted result's cached batches hold one view each and a view's scan skips
@@ -413,8 +417,8 @@ class ExecContext:
         hashed = F.xxhash64(self.bucket("gk"), F.col("blk")).bitwiseAND(F.lit(_GROUP_HASH_MASK))
         grp = F.shiftleft(F.col("cid").cast("long"), _GROUP_HASH_BITS).bitwiseOR(hashed).alias("grp")
         prep = prep.withColumn("mid", F.monotonically_increasing_id()).withColumn("grp", grp)
-        fold = fu.FusedFold(folds, self.plan.config.python_gc_thresholds)
-        return prep.groupBy("grp").applyInArrow(fu.arrow_group_fn(fold), fu.FUSED_VIEW_SCHEMA)
+        fold = FusedFold(folds, self.plan.config.python_gc_thresholds)
+        return prep.groupBy("grp").applyInArrow(arrow_group_fn(fold), FUSED_VIEW_SCHEMA)
 
     def view(self, store: str) -> "DataFrame":
         """The view DataFrame of ``store`` (contracts.md columns)."""
@@ -425,9 +429,9 @@ class ExecContext:
                 return self.views([store])[store]
             return rep.df
         if isinstance(rep, TableChain):
-            df = rep.changelog.materialize(self, rt.StreamEmitter())
-            fn = rt.TableViewGroup(writer, rep.table_stages, self.errors_acc)
-            return df.groupBy(self.bucket("k")).applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA)
+            df = rep.changelog.materialize(self, StreamEmitter())
+            fn = TableViewGroup(writer, rep.table_stages, self.errors_acc)
+            return df.groupBy(self.bucket("k")).applyInPandas(group_fn(fn), VIEW_SCHEMA)
         raise TypeError(f"store {store} is written by {writer}, whose output is not a table")
 
     def bucket(self, column: str) -> Any:

@@ -19,7 +19,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class _ReplayConfig:
     """The config the replayed processors read: no wall-clock throttle in batch (as
-    ``batch_layer.general.plan.batch_config``)."""
+    ``batch_layer.general.topology.batch_config``)."""
 
     outer_join_emit_interval_ms: int = 0
     windowed_aggregation_emit_interval_ms: int = 0

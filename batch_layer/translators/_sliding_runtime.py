@@ -24,9 +24,11 @@ from speed_layer.processor.builtin.sliding import SlidingWindowAggregateProcesso
 from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key
 
-from ..general.plan import FULL_HISTORY_MS
+from ..general.store_rows import key_text
+from ..general.topology import FULL_HISTORY_MS
+from ._folds import _Fold
+from ._records import Errors, add_error
 from ._replay_context import ReplayContext
-from ._runtime import Errors, _Fold, add_error, key_text
 from ._values import decode_value
 
 
@@ -43,7 +45,7 @@ def _discard(record: Record[Any, Any]) -> None:
 
 class SlidingFold(_Fold):
     """Sliding-window count / reduce / aggregate of a bucket of keys (rows of
-    :data:`_runtime.AGG_SCHEMA`): view rows ``(key, start, start + D, value, timestamp)``
+    :data:`_records.AGG_SCHEMA`): view rows ``(key, start, start + D, value, timestamp)``
     of every window of the store."""
 
     def __init__(self, node: str, op: Any, errors_acc: Any, spec: StoreSpec) -> None:

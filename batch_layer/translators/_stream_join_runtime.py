@@ -37,9 +37,10 @@ from speed_layer.processor.builtin.joins import JoinWindowProcessor, StreamStrea
 from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key, encode_key
 
-from ..general.plan import FULL_HISTORY_MS
+from ..general.topology import FULL_HISTORY_MS
+from ._accumulators import flush
+from ._records import ORDER, Errors, _stream_frame, add_error, dumps, sorted_rows
 from ._replay_context import ReplayContext
-from ._runtime import ORDER, Errors, _stream_frame, add_error, dumps, flush, sorted_rows
 
 
 class JoinSpec:

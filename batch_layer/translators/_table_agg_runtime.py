@@ -28,9 +28,11 @@ import pandas as pd
 from speed_layer.processor.api import Change
 from speed_layer.state.keys import decode_key, encode_key
 
-from ._runtime import (
-    Errors, TableToStreamGroup, _Fold, _stream_frame, add_error, dumps, flush, key_text,
-)
+from ..general.store_rows import key_text
+from ._accumulators import flush
+from ._folds import _Fold
+from ._records import Errors, _stream_frame, add_error, dumps
+from ._tables import TableToStreamGroup
 from ._values import decode_value
 
 
@@ -76,7 +78,7 @@ class TableSelectGroup:
 
 class TableAggFold(_Fold):
     """KGroupedTable count / reduce / aggregate of a bucket of new keys (rows of
-    :data:`_runtime.AGG_SCHEMA` whose values are ``Change``), see the module docstring."""
+    :data:`_records.AGG_SCHEMA` whose values are ``Change``), see the module docstring."""
 
     def __init__(self, node: str, op: Any, errors_acc: Any) -> None:
         self.node, self.op, self.errors_acc = node, op, errors_acc
@@ -105,7 +107,7 @@ class TableAggFold(_Fold):
 
     def fold(self, keys: Iterable[tuple[bytes, Iterable[tuple[Any, ...]]]], blk: int, errs: Errors) -> list[tuple[Any, ...]]:
         """The view rows ``(key, None, None, value JSON, timestamp)`` of ``keys`` (the
-        base's :meth:`_runtime._Fold.fold`; ``blk`` is always 0: a table has no windows)."""
+        base's :meth:`_folds._Fold.fold`; ``blk`` is always 0: a table has no windows)."""
         rows: list[tuple[Any, ...]] = []
         for _gk, recs in keys:
             state: tuple[Any, int] | None = None

@@ -33,7 +33,9 @@ import pandas as pd
 
 from speed_layer.state.keys import decode_key
 
-from ._runtime import Errors, _view_frame, add_error, flush, json_value, key_text, loads_or_none, sorted_rows
+from ..general.store_rows import json_value, key_text
+from ._accumulators import flush
+from ._records import Errors, _view_frame, add_error, loads_or_none, sorted_rows
 
 _ORDER = ["ts", "p", "o", "src", "seq", "side"]
 

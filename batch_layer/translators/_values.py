@@ -2,7 +2,7 @@
 give back exactly what pickle would.
 
 * :func:`encode_value` / :func:`decode_value`: the value column ``v`` of aggregation rows
-  (``_runtime.AGG_SCHEMA``). A flat JSON-like dict (a ``dict`` whose keys are ``str`` and
+  (``_records.AGG_SCHEMA``). A flat JSON-like dict (a ``dict`` whose keys are ``str`` and
   whose values are ``str``, ``int`` within 53 bits, finite ``float``, ``bool`` or ``None``,
   all of exactly these types) is written as JSON by orjson, which reads back 2 to 3 times
   faster than ``pickle.loads`` (a 24-field flight: about 1.6 us against 5 us); anything

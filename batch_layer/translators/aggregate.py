@@ -23,7 +23,7 @@ sees every record).
   (``_sliding_runtime``).
 
 Per key, records come in batch order ``(timestamp, table changes first, partition, offset,
-topic)`` (``_runtime.ranked_rows``: a KTable's ``toStream`` merged with a stream applies
+topic)`` (``_records.ranked_rows``: a KTable's ``toStream`` merged with a stream applies
 the table change first at one timestamp, as the general executor and the driver do).
 Records with a null key are skipped; so are records with a null value for plain and
 sliding aggregations, while time and session windows aggregate them (the speed layer's
@@ -39,7 +39,8 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode, StoreSpec
 from speed_layer.windows import SessionWindows, SlidingWindows, TimeWindows
 
-from . import _runtime as rt
+from ._agg_prep import AggPrepEmitter
+from ._folds import PlainFold, SessionFold, TimeWindowFold
 from ._plan import PendingFold, StreamPipe, ViewRep
 from ._sliding_runtime import SlidingFold
 from .base import Translator, Unsupported
@@ -86,18 +87,18 @@ def fold_view(ctx: "ExecContext", name: str, stream: StreamPipe, op: Any, spec: 
     table_srcs = table_src_indexes(ctx.plan)
     if isinstance(w, TimeWindows):
         block = block_ms(w, ctx.plan.options.window_block_ms)
-        fn: Any = rt.TimeWindowFold(name, op, block, ctx.errors_acc)
+        fn: Any = TimeWindowFold(name, op, block, ctx.errors_acc)
         fn.table_srcs = table_srcs
-        emitter = rt.AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True,
+        emitter = AggPrepEmitter(name, key_serde, w.size_ms, w.advance_ms, block, keep_null_values=True,
                                     value_free=fn.value_free)
         return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=True))
     if isinstance(w, SessionWindows):
-        fn = rt.SessionFold(name, op, ctx.errors_acc)
+        fn = SessionFold(name, op, ctx.errors_acc)
     elif isinstance(w, SlidingWindows):
         fn = SlidingFold(name, op, ctx.errors_acc, spec)
     else:
-        fn = rt.PlainFold(name, op, ctx.errors_acc)
+        fn = PlainFold(name, op, ctx.errors_acc)
     fn.table_srcs = table_srcs
-    emitter = rt.AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows),
+    emitter = AggPrepEmitter(name, key_serde, None, None, None, keep_null_values=isinstance(w, SessionWindows),
                                 value_free=fn.value_free)
     return ViewRep(None, name, PendingFold(stream, emitter, fn, blocks=False))

@@ -7,17 +7,12 @@ from typing import TYPE_CHECKING, Any
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
+from ..model import TABLE_OPS
+
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
 
     from ._plan import ExecContext
-
-#: ops whose output is a KTable changelog (records carry ``Change``)
-TABLE_OPS = (ops.TableSourceOp, ops.TableFilterOp, ops.TableMapValuesOp, ops.GlobalStoreOp)
-#: stream ops a record passes through one at a time, in order
-STATELESS_OPS = (ops.FilterOp, ops.MapOp, ops.MapValuesOp, ops.FlatMapOp, ops.FlatMapValuesOp, ops.PeekOp, ops.BranchOp,
-                 ops.MergeOp)
-
 
 def table_root(topology: "Topology", name: str) -> GraphNode:
     """The node under table ``name``'s filter / mapValues stages (a KTable source, or the op

@@ -28,8 +28,9 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.windows import SessionWindows, SlidingWindows, TimeWindows
 
-from . import _runtime as rt
+from ._chain import Step
 from ._plan import StreamPipe, ViewRep
+from ._records import Rec
 from .aggregate import fold_view
 from .base import Translator, Unsupported
 from .sources import walk_upstream
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from ._plan import ExecContext
 
 
-class TagStep(rt.Step):
+class TagStep(Step):
     """Wraps a record's value as ``(index, value)``; records with a null key are dropped,
     and with a null value unless ``keep_null_values`` (time and session windows: their
     processors aggregate null values, see ``aggregate``)."""
@@ -48,7 +49,7 @@ class TagStep(rt.Step):
     def __init__(self, node: str, index: int, keep_null_values: bool) -> None:
         self.node, self.index, self.keep_null_values = node, index, keep_null_values
 
-    def __call__(self, r: rt.Rec) -> list[rt.Rec] | None:
+    def __call__(self, r: Rec) -> list[Rec] | None:
         if r[0] is None or (r[1] is None and not self.keep_null_values):
             return None
         return [(r[0], (self.index, r[1])) + r[2:]]

@@ -50,9 +50,11 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.state.keys import ORDERED_KEY, PICKLE
 
-from . import _runtime as rt
+from ._chain import StreamEmitter
 from ._fk_join_runtime import FK_SCHEMA, FkJoinSpec, ForeignChangesGroup, ForeignKeyJoinGroup, SubscriptionGroup
 from ._plan import FrameBase, StreamPipe, TableChain
+from ._records import STREAM_SCHEMA, group_fn
+from ._tables import TableToStreamGroup
 from .base import Translator, Unsupported, has_versioned_store, table_root
 from .sources import table_src_indexes, topic_writers, walk_upstream
 
@@ -180,13 +182,13 @@ class ForeignKeyJoinTranslator(Translator):
         frames = []
         for chain, name, group, skips in ((left, parts.left_table, SubscriptionGroup, left.source_has_store),
                                           (right, parts.right_table, ForeignChangesGroup, right_skips_empty)):
-            df = chain.changelog.materialize(ctx, rt.StreamEmitter())
-            replay = rt.TableToStreamGroup(name, chain.table_stages, None, skips, ctx.errors_acc)
+            df = chain.changelog.materialize(ctx, StreamEmitter())
+            replay = TableToStreamGroup(name, chain.table_stages, None, skips, ctx.errors_acc)
             fn = group(spec, replay, ctx.errors_acc)
-            frames.append(df.groupBy(ctx.bucket("k")).applyInPandas(rt.group_fn(fn), FK_SCHEMA))
+            frames.append(df.groupBy(ctx.bucket("k")).applyInPandas(group_fn(fn), FK_SCHEMA))
         join = ForeignKeyJoinGroup(spec, ctx.errors_acc)
         join.table_srcs = table_src_indexes(ctx.plan)
-        out = frames[0].unionByName(frames[1]).groupBy(ctx.bucket("gjk")).applyInPandas(rt.group_fn(join), rt.STREAM_SCHEMA)
+        out = frames[0].unionByName(frames[1]).groupBy(ctx.bucket("gjk")).applyInPandas(group_fn(join), STREAM_SCHEMA)
         # the result table (this node's consumer) is read once per consumer of its own (its
         # view, toStream, group_by, ...): compute the join once when there are several
         readers = sum(ctx.plan.consumers.get(c, 0) for c in topology.children(node.name))

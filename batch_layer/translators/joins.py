@@ -32,9 +32,11 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.state.keys import ORDERED_KEY
 
-from . import _runtime as rt
+from ..model import TABLE_OPS
+from ._asof_join import AsOfJoinGroup, BroadcastJoinStep, JoinPrepEmitter, TableRowsEmitter
 from ._plan import FrameBase, StreamPipe
-from .base import TABLE_OPS, Translator, Unsupported
+from ._records import STREAM_SCHEMA, group_fn
+from .base import Translator, Unsupported
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
@@ -80,23 +82,23 @@ class StreamTableJoinTranslator(Translator):
         stages = chain.table_stages
         opts = ctx.plan.options
         if opts.join_strategy in ("auto", "broadcast"):
-            rows_df = chain.changelog.materialize(ctx, rt.TableRowsEmitter(chain.source_node, key_serde, stages, for_shuffle=False))
+            rows_df = chain.changelog.materialize(ctx, TableRowsEmitter(chain.source_node, key_serde, stages, for_shuffle=False))
             limit = opts.broadcast_max_rows
             rows = rows_df.collect() if opts.join_strategy == "broadcast" else rows_df.limit(limit + 1).collect()
             if opts.join_strategy == "broadcast" or len(rows) <= limit:
                 bc = ctx.spark.sparkContext.broadcast(_index(rows))
                 ctx.broadcasts.append(bc)
                 ctx.join_strategies[node.name] = "broadcast"
-                return stream.then(rt.BroadcastJoinStep(node.name, op, key_serde, bc))
+                return stream.then(BroadcastJoinStep(node.name, op, key_serde, bc))
         ctx.join_strategies[node.name] = "shuffle"
-        table_df = chain.changelog.materialize(ctx, rt.TableRowsEmitter(chain.source_node, key_serde, stages, for_shuffle=True))
-        stream_df = stream.materialize(ctx, rt.JoinPrepEmitter(node.name, op, key_serde))
-        fn = rt.AsOfJoinGroup(node.name, op, key_serde, ctx.errors_acc)
+        table_df = chain.changelog.materialize(ctx, TableRowsEmitter(chain.source_node, key_serde, stages, for_shuffle=True))
+        stream_df = stream.materialize(ctx, JoinPrepEmitter(node.name, op, key_serde))
+        fn = AsOfJoinGroup(node.name, op, key_serde, ctx.errors_acc)
         from pyspark.sql import functions as F
 
         n = opts.key_buckets
         bk = F.when(F.col("gjk").isNull(), F.col("nb") + F.lit(n)).otherwise(F.pmod(F.xxhash64("gjk"), F.lit(n))).alias("bk")
-        joined = stream_df.unionByName(table_df).groupBy(bk).applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)
+        joined = stream_df.unionByName(table_df).groupBy(bk).applyInPandas(group_fn(fn), STREAM_SCHEMA)
         return StreamPipe.of(FrameBase(joined))
 
 

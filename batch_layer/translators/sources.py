@@ -21,14 +21,15 @@ from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 from speed_layer.state.keys import ORDERED_KEY, PICKLE
 
-from . import _runtime as rt
+from ..model import TABLE_OPS
+from ._chain import DropNullKeyStep, RoundTripStep
 from ._plan import RawBase, StreamPipe, TableChain
-from .base import TABLE_OPS, Translator, Unsupported
+from .base import Translator, Unsupported
 
 if TYPE_CHECKING:
     from speed_layer.topology import Topology
 
-    from ..compiler import BatchPlan
+    from ..model import RelationalPlan
 
     from ._plan import ExecContext
 
@@ -74,10 +75,10 @@ def is_table_source(topology: "Topology", name: str) -> bool:
     return bool(children) and all(isinstance(c.op, (ops.TableSourceOp, ops.GlobalStoreOp)) for c in children)
 
 
-def table_src_indexes(plan: "BatchPlan") -> frozenset[int]:
+def table_src_indexes(plan: "RelationalPlan") -> frozenset[int]:
     """The ``src`` indexes of the topics ``plan`` reads as KTable / GlobalKTable
     changelogs: at one timestamp their records come before stream records (the batch
-    order's "table changes first"; ``_runtime.ranked_rows``)."""
+    order's "table changes first"; ``_records.ranked_rows``)."""
     return frozenset(i for (name, _topic), i in plan.src_index.items() if is_table_source(plan.topology, name))
 
 
@@ -116,7 +117,7 @@ class SourceTranslator(Translator):
                 pipe = ctx.stream(w)
                 identity = all(s is d and s in (ORDERED_KEY, PICKLE) for s, d in zip(sink_serdes, src_serdes))
                 if not identity or op.timestamp_extractor is not None:
-                    pipe = pipe.then(rt.RoundTripStep(node.name, sink_serdes, src_serdes, op.timestamp_extractor))
+                    pipe = pipe.then(RoundTripStep(node.name, sink_serdes, src_serdes, op.timestamp_extractor))
                 pipes.append(pipe)
         return StreamPipe.union(pipes)
 
@@ -136,7 +137,7 @@ class TableSourceTranslator(Translator):
             raise Unsupported("a KTable source over another KTable is not supported")
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> TableChain:
-        pipe = ctx.stream(node.parents[0]).then(rt.DropNullKeyStep(node.name))
+        pipe = ctx.stream(node.parents[0]).then(DropNullKeyStep(node.name))
         return TableChain(pipe, node.name, source_has_store=node.op.store is not None)
 
 
@@ -147,6 +148,6 @@ class GlobalStoreTranslator(Translator):
                               "cannot be translated: its logic is opaque to the batch layer")
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> TableChain:
-        pipe = ctx.stream(node.parents[0]).then(rt.DropNullKeyStep(node.name))
+        pipe = ctx.stream(node.parents[0]).then(DropNullKeyStep(node.name))
         return TableChain(pipe, node.name, source_has_store=True)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
-from . import _runtime as rt
+from ._chain import BranchSelectStep, FilterStep, FlatMapStep, MapStep, MapValuesStep, Step
 from ._plan import StreamPipe
 from .base import Translator, Unsupported
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 class _StepTranslator(Translator):
     @abstractmethod
-    def step(self, node: GraphNode) -> rt.Step:
+    def step(self, node: GraphNode) -> Step:
         """The fused step that computes ``node`` record by record."""
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> StreamPipe:
@@ -34,28 +34,28 @@ class _StepTranslator(Translator):
 
 
 class FilterTranslator(_StepTranslator):
-    def step(self, node: GraphNode) -> rt.Step:
-        return rt.FilterStep(node.name, node.op.predicate, node.op.negate)
+    def step(self, node: GraphNode) -> Step:
+        return FilterStep(node.name, node.op.predicate, node.op.negate)
 
 
 class MapTranslator(_StepTranslator):
-    def step(self, node: GraphNode) -> rt.Step:
-        return rt.MapStep(node.name, node.op.mapper, node.op.key_only)
+    def step(self, node: GraphNode) -> Step:
+        return MapStep(node.name, node.op.mapper, node.op.key_only)
 
 
 class MapValuesTranslator(_StepTranslator):
-    def step(self, node: GraphNode) -> rt.Step:
-        return rt.MapValuesStep(node.name, node.op.mapper, node.op.with_key)
+    def step(self, node: GraphNode) -> Step:
+        return MapValuesStep(node.name, node.op.mapper, node.op.with_key)
 
 
 class FlatMapTranslator(_StepTranslator):
-    def step(self, node: GraphNode) -> rt.Step:
-        return rt.FlatMapStep(node.name, node.op.mapper, values_only=False, with_key=True)
+    def step(self, node: GraphNode) -> Step:
+        return FlatMapStep(node.name, node.op.mapper, values_only=False, with_key=True)
 
 
 class FlatMapValuesTranslator(_StepTranslator):
-    def step(self, node: GraphNode) -> rt.Step:
-        return rt.FlatMapStep(node.name, node.op.mapper, values_only=True, with_key=node.op.with_key)
+    def step(self, node: GraphNode) -> Step:
+        return FlatMapStep(node.name, node.op.mapper, values_only=True, with_key=node.op.with_key)
 
 
 class PassThroughTranslator(Translator):
@@ -81,6 +81,6 @@ class MergeTranslator(Translator):
             pipe = ctx.stream(p)
             pop = ctx.plan.topology.nodes[p].op
             if isinstance(pop, ops.BranchOp) and node.name in pop.children:
-                pipe = pipe.then(rt.BranchSelectStep(p, pop.predicates, pop.children.index(node.name)))
+                pipe = pipe.then(BranchSelectStep(p, pop.predicates, pop.children.index(node.name)))
             pipes.append(pipe)
         return StreamPipe.union(pipes)

@@ -44,10 +44,12 @@ from typing import TYPE_CHECKING
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
-from . import _runtime as rt
+from ..model import STATELESS_OPS
+from ._chain import StreamEmitter
 from ._plan import FrameBase, StreamPipe
+from ._records import STREAM_SCHEMA, group_fn
 from ._stream_join_runtime import JoinSpec, StreamJoinGroup
-from .base import STATELESS_OPS, Translator, Unsupported
+from .base import Translator, Unsupported
 from .sources import walk_upstream
 
 if TYPE_CHECKING:
@@ -177,7 +179,7 @@ class StreamStreamJoinTranslator(Translator):
         from pyspark.sql import functions as F
 
         if not node.op.this_is_left:
-            return StreamPipe.of(FrameBase(ctx.spark.createDataFrame([], rt.STREAM_SCHEMA)))
+            return StreamPipe.of(FrameBase(ctx.spark.createDataFrame([], STREAM_SCHEMA)))
         topology = ctx.plan.topology
         left, right = join_nodes(node, topology)
         windowed = (topology.nodes[left.parents[0]], topology.nodes[right.parents[0]])
@@ -185,7 +187,7 @@ class StreamStreamJoinTranslator(Translator):
         by_task = op.left_outer or op.right_outer
         frames = []
         for side, w in enumerate(windowed):
-            df = ctx.stream(w.name).materialize(ctx, rt.StreamEmitter())
+            df = ctx.stream(w.name).materialize(ctx, StreamEmitter())
             if not by_task:  # an inner join drops null keys and values (they only move stream time)
                 df = df.where(F.col("k").isNotNull() & F.col("v").isNotNull())
             frames.append(df.withColumn("side", F.lit(side)))
@@ -193,4 +195,4 @@ class StreamStreamJoinTranslator(Translator):
         stores = tuple(topology.stores[s] for s in (op.this_store, op.other_store, op.outer_store) if s is not None)
         fn = StreamJoinGroup(JoinSpec(windowed, (left, right), stores), by_task, ctx.errors_acc)
         grouped = both.groupBy("p") if by_task else both.groupBy(ctx.bucket("k"))
-        return StreamPipe.of(FrameBase(grouped.applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)))
+        return StreamPipe.of(FrameBase(grouped.applyInPandas(group_fn(fn), STREAM_SCHEMA)))

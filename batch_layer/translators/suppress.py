@@ -57,9 +57,11 @@ from speed_layer.state.factories import build_store
 from speed_layer.state.keys import decode_key, encode_key
 from speed_layer.windows import SessionWindows, TimeWindows
 
-from ..general.plan import FULL_HISTORY_MS
-from . import _runtime as rt
+from ..general.topology import FULL_HISTORY_MS
+from ._accumulators import flush
+from ._chain import Step, StreamEmitter
 from ._plan import FrameBase, StreamPipe
+from ._records import ORDER, STREAM_SCHEMA, Errors, Rec, _stream_frame, add_error, dumps, group_fn, sorted_rows
 from ._replay_context import ReplayContext
 from .base import Translator, Unsupported
 from .stream_joins import _check_order_free_downstream, _upstream
@@ -136,9 +138,9 @@ class SuppressTranslator(Translator):
         topology = ctx.plan.topology
         agg = _aggregate(node, topology)
         stores = tuple(_replay_spec(topology.stores[s]) for s in (agg.op.store, node.op.store))
-        df = ctx.stream(agg.parents[0]).materialize(ctx, rt.StreamEmitter())
+        df = ctx.stream(agg.parents[0]).materialize(ctx, StreamEmitter())
         fn = SuppressGroup(agg, node, stores, ctx.errors_acc)
-        return StreamPipe.of(FrameBase(df.groupBy("p").applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)))
+        return StreamPipe.of(FrameBase(df.groupBy("p").applyInPandas(group_fn(fn), STREAM_SCHEMA)))
 
 
 class SuppressGroup:
@@ -149,7 +151,7 @@ class SuppressGroup:
         self.agg, self.suppress, self.stores, self.errors_acc = agg, suppress, stores, errors_acc
 
     def __call__(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        errs: rt.Errors = {}
+        errs: Errors = {}
         out: list[tuple[Any, ...]] = []
         stores = {s.name: build_store(s, None, None) for s in self.stores}
         emitted: list[Record[Any, Any]] = []
@@ -159,28 +161,28 @@ class SuppressGroup:
         agg = cls(self.agg)
         agg.init(ReplayContext(stores, sup.process))
         agg_store = stores[self.agg.op.store]
-        for _, ts, p, o, src, seq, kb, vb in rt.sorted_rows(pdf, "p", rt.ORDER, ["k", "v"]):
+        for _, ts, p, o, src, seq, kb, vb in sorted_rows(pdf, "p", ORDER, ["k", "v"]):
             emitted.clear()
             try:
                 agg.process(Record(None if kb is None else decode_key(kb), None if vb is None else pickle.loads(vb), ts))
             except Exception:  # noqa: BLE001 - the processing-exception handler stops the record here
-                rt.add_error(errs, self.agg.name, (src, p, o))
+                add_error(errs, self.agg.name, (src, p, o))
             agg_store.flush()  # the commit after every record
             for i, rec in enumerate(emitted):
-                out.append((encode_key(rec.key), None if rec.value is None else rt.dumps(rec.value), rec.timestamp, p, o, src,
+                out.append((encode_key(rec.key), None if rec.value is None else dumps(rec.value), rec.timestamp, p, o, src,
                             f"{seq}{i:08x}"))
-        rt.flush(self.errors_acc, errs)
-        return rt._stream_frame(out)
+        flush(self.errors_acc, errs)
+        return _stream_frame(out)
 
 
-class SuppressedToStreamStep(rt.Step):
+class SuppressedToStreamStep(Step):
     """``ToStreamProcessor`` over a suppressed table: the change's new value, the key
     through the optional ``mapper(key, new value)``."""
 
     def __init__(self, node: str, mapper: Any) -> None:
         self.node, self.mapper = node, mapper
 
-    def __call__(self, r: rt.Rec) -> list[rt.Rec]:
+    def __call__(self, r: Rec) -> list[Rec]:
         change: Change[Any] = r[1]
         key = self.mapper(r[0], change.new) if self.mapper else r[0]
         return [(key, change.new) + tuple(r[2:])]

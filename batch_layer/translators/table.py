@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 
 from speed_layer.graph.nodes import GraphNode
 
-from . import _runtime as rt
+from ._chain import StreamEmitter
 from ._plan import FrameBase, StreamPipe, TableChain
+from ._records import STREAM_SCHEMA, group_fn
+from ._tables import TableToStreamGroup
 from .base import Translator, require_table_parent
 
 if TYPE_CHECKING:
@@ -50,6 +52,6 @@ class ToStreamTranslator(Translator):
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> StreamPipe:
         chain = ctx.table(node.parents[0])
-        df = chain.changelog.materialize(ctx, rt.StreamEmitter())
-        fn = rt.TableToStreamGroup(node.name, chain.table_stages, node.op.mapper, chain.source_has_store, ctx.errors_acc)
-        return StreamPipe.of(FrameBase(df.groupBy(ctx.bucket("k")).applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)))
+        df = chain.changelog.materialize(ctx, StreamEmitter())
+        fn = TableToStreamGroup(node.name, chain.table_stages, node.op.mapper, chain.source_has_store, ctx.errors_acc)
+        return StreamPipe.of(FrameBase(df.groupBy(ctx.bucket("k")).applyInPandas(group_fn(fn), STREAM_SCHEMA)))

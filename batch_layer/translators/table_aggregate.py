@@ -32,9 +32,12 @@ from typing import TYPE_CHECKING
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
-from . import _runtime as rt
+from ._agg_prep import AggPrepEmitter
+from ._chain import StreamEmitter
 from ._plan import FrameBase, StreamPipe, TableChain, ViewRep
+from ._records import STREAM_SCHEMA, VIEW_SCHEMA, group_fn
 from ._table_agg_runtime import TableAggFold, TableSelectGroup
+from ._tables import TableToStreamGroup
 from .base import Translator, Unsupported, has_versioned_store, require_table_parent, table_root
 from .sources import table_src_indexes, topic_writers
 
@@ -56,10 +59,10 @@ class TableSelectTranslator(Translator):
 
     def build(self, node: GraphNode, ctx: "ExecContext") -> StreamPipe:
         chain: TableChain = ctx.table(node.parents[0])
-        df = chain.changelog.materialize(ctx, rt.StreamEmitter())
-        replay = rt.TableToStreamGroup(node.name, chain.table_stages, None, chain.source_has_store, ctx.errors_acc)
+        df = chain.changelog.materialize(ctx, StreamEmitter())
+        replay = TableToStreamGroup(node.name, chain.table_stages, None, chain.source_has_store, ctx.errors_acc)
         fn = TableSelectGroup(node.name, node.op.selector, replay, ctx.errors_acc)
-        return StreamPipe.of(FrameBase(df.groupBy(ctx.bucket("k")).applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)))
+        return StreamPipe.of(FrameBase(df.groupBy(ctx.bucket("k")).applyInPandas(group_fn(fn), STREAM_SCHEMA)))
 
 
 class TableAggregateTranslator(Translator):
@@ -82,7 +85,7 @@ class TableAggregateTranslator(Translator):
     def build(self, node: GraphNode, ctx: "ExecContext") -> ViewRep:
         op: ops.TableAggregateOp = node.op
         spec = ctx.plan.topology.stores[op.store]
-        prep = ctx.stream(node.parents[0]).materialize(ctx, rt.AggPrepEmitter(node.name, spec.key_serde, None, None, None))
+        prep = ctx.stream(node.parents[0]).materialize(ctx, AggPrepEmitter(node.name, spec.key_serde, None, None, None))
         fold = TableAggFold(node.name, op, ctx.errors_acc)
         fold.table_srcs = table_src_indexes(ctx.plan)
-        return ViewRep(prep.groupBy(ctx.bucket("gk")).applyInPandas(rt.group_fn(fold), rt.VIEW_SCHEMA), node.name)
+        return ViewRep(prep.groupBy(ctx.bucket("gk")).applyInPandas(group_fn(fold), VIEW_SCHEMA), node.name)

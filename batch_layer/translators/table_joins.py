@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING
 from speed_layer.graph import ops
 from speed_layer.graph.nodes import GraphNode
 
-from . import _runtime as rt
+from ._chain import StreamEmitter
 from ._plan import TableChain, ViewRep
+from ._records import STREAM_SCHEMA, VIEW_SCHEMA, group_fn
 from ._table_join_runtime import TableJoinViewGroup
+from ._tables import TableToStreamGroup
 from .base import Translator, Unsupported, has_versioned_store, require_table_parent, table_root
 
 if TYPE_CHECKING:
@@ -70,11 +72,11 @@ class TableTableJoinTranslator(Translator):
         for side, role in enumerate(("this", "other")):
             name = by_role[role]
             chain: TableChain = ctx.outputs[name]
-            df = chain.changelog.materialize(ctx, rt.StreamEmitter())
-            fn = rt.TableToStreamGroup(name, chain.table_stages, None, chain.source_has_store, ctx.errors_acc)
-            changes = df.groupBy(ctx.bucket("k")).applyInPandas(rt.group_fn(fn), rt.STREAM_SCHEMA)
+            df = chain.changelog.materialize(ctx, StreamEmitter())
+            fn = TableToStreamGroup(name, chain.table_stages, None, chain.source_has_store, ctx.errors_acc)
+            changes = df.groupBy(ctx.bucket("k")).applyInPandas(group_fn(fn), STREAM_SCHEMA)
             frames.append(changes.withColumn("side", F.lit(side)))
             old_sent.append(chain.source_has_store)
         both = frames[0].unionByName(frames[1])
         fn = TableJoinViewGroup(node.name, op.kind, op.joiner, (old_sent[0], old_sent[1]), ctx.errors_acc)
-        return ViewRep(both.groupBy(ctx.bucket("k")).applyInPandas(rt.group_fn(fn), rt.VIEW_SCHEMA), node.name)
+        return ViewRep(both.groupBy(ctx.bucket("k")).applyInPandas(group_fn(fn), VIEW_SCHEMA), node.name)

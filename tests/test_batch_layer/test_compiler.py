@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from batch_layer.compiler import BatchCompileError, BatchOptions, compile_topology
-from batch_layer.translators._runtime import block_window_starts, window_starts_range
+from batch_layer.translators._agg_prep import block_window_starts, window_starts_range
 from batch_layer.translators.aggregate import block_ms
 from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS, build_topology
 from speed_layer import JoinWindows, Materialized, SlidingWindows, StreamsBuilder, TimeWindows

@@ -1,7 +1,8 @@
-"""The batch layer's worker-side code (``batch_layer.translators._runtime``) against the speed
-layer's processors, without Spark: random records go through the ``TopologyTestDriver`` and
-through the batch layer's decoder / fused steps / aggregation folds called on pandas frames
-as Spark would call them. Results must be identical (value JSON text and timestamp)."""
+"""The batch layer's worker-side code (``batch_layer.translators._chain``, ``_agg_prep``,
+``_folds``) against the speed layer's processors, without Spark: random records go through
+the ``TopologyTestDriver`` and through the batch layer's decoder / fused steps / aggregation
+folds called on pandas frames as Spark would call them. Results must be identical (value
+JSON text and timestamp)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,11 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batch_layer.translators import _runtime as rt
+from batch_layer.translators._agg_prep import AggPrepEmitter
+from batch_layer.translators._chain import (
+    BranchSelectStep, FilterStep, FlatMapStep, MapValuesStep, RawDecoder, StreamEmitter, chain_function,
+)
+from batch_layer.translators._folds import PlainFold, SessionFold, TimeWindowFold
 from speed_layer import Materialized, Produced, Serdes, SessionWindows, StreamsBuilder, TimeWindows
 from speed_layer.state.keys import encode_key
 from speed_layer.testing import TopologyTestDriver
@@ -79,26 +84,26 @@ def _batch(topo, records) -> dict:
     w = op.windows
     acc = _Acc()
     src = next(n for n in topo.nodes.values() if type(n.op).__name__ == "SourceOp" and not n.op.repartition)
-    dec = rt.RawDecoder(src.name, Serdes.String(), Serdes.JSON(), None, 0, True)
+    dec = RawDecoder(src.name, Serdes.String(), Serdes.JSON(), None, 0, True)
     block = None
     if isinstance(w, TimeWindows):
         from batch_layer.translators.aggregate import block_ms
 
         block = block_ms(w, 4 * w.size_ms)
-        emitter = rt.AggPrepEmitter(node.name, None, w.size_ms, w.advance_ms, block)
+        emitter = AggPrepEmitter(node.name, None, w.size_ms, w.advance_ms, block)
     else:
-        emitter = rt.AggPrepEmitter(node.name, None, None, None, None)
+        emitter = AggPrepEmitter(node.name, None, None, None, None)
     raw = pd.DataFrame({
         "key": [None if k is None else k.encode() for k, _, _ in records],
         "value": [json.dumps(v).encode() for _, v, _ in records],
         "timestamp": [ts for _, _, ts in records], "partition": [0] * len(records), "offset": list(range(len(records))),
     })
-    prep = pd.concat(list(rt.chain_function(dec, (), emitter, acc, None)(iter([raw[:7], raw[7:]]))), ignore_index=True)
+    prep = pd.concat(list(chain_function(dec, (), emitter, acc, None)(iter([raw[:7], raw[7:]]))), ignore_index=True)
     if isinstance(w, TimeWindows):
-        fold = rt.TimeWindowFold(node.name, op, block, acc)
+        fold = TimeWindowFold(node.name, op, block, acc)
         groups = [g for _, g in prep.groupby("blk")] if len(prep) else []
     else:
-        fold = rt.SessionFold(node.name, op, acc) if isinstance(w, SessionWindows) else rt.PlainFold(node.name, op, acc)
+        fold = SessionFold(node.name, op, acc) if isinstance(w, SessionWindows) else PlainFold(node.name, op, acc)
         groups = [prep] if len(prep) else []
     out: dict = {}
     for g in groups:
@@ -135,16 +140,16 @@ def test_fused_steps_match_the_speed_layer_stateless_processors() -> None:
     """filter, map, flat_map (with sub-record order), branch, and errors counted per node."""
     acc = _Acc()
     steps = (
-        rt.FilterStep("f", lambda k, v: v["x"] != 3, False),
-        rt.FlatMapStep("fm", lambda k, v: [(k, v), (k + "!", {"x": v["x"] * 10})], values_only=False, with_key=True),
-        rt.MapValuesStep("mv", lambda v: {"x": 1 // (v["x"] - 20)} if v["x"] >= 10 else v, with_key=False),
-        rt.BranchSelectStep("br", (lambda k, v: k.endswith("!"), None), 1),
+        FilterStep("f", lambda k, v: v["x"] != 3, False),
+        FlatMapStep("fm", lambda k, v: [(k, v), (k + "!", {"x": v["x"] * 10})], values_only=False, with_key=True),
+        MapValuesStep("mv", lambda v: {"x": 1 // (v["x"] - 20)} if v["x"] >= 10 else v, with_key=False),
+        BranchSelectStep("br", (lambda k, v: k.endswith("!"), None), 1),
     )
-    dec = rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 4, True)
+    dec = RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 4, True)
     raw = pd.DataFrame({"key": [b"a", b"b", b"c", b"d"], "value": [b'{"x": 1}', b'{"x": 2}', b'{"x": 3}', b"oops"],
                         "timestamp": [5, 6, 7, 8], "partition": [1, 1, 0, 0], "offset": [10, 11, 12, 13]})
     wm = type("W", (), {"value": -1, "add": lambda self, x: setattr(self, "value", max(self.value, x))})()
-    (frame,) = list(rt.chain_function(dec, steps, rt.StreamEmitter(), acc, wm)(iter([raw])))
+    (frame,) = list(chain_function(dec, steps, StreamEmitter(), acc, wm)(iter([raw])))
     assert frame["k"].tolist() == [encode_key("a"), encode_key("b")] and frame["seq"].tolist() == ["00000000"] * 2
     assert acc.value == {"src": {(4, 0, 13)}, "mv": {(4, 1, 11)}}  # bad JSON; 1 // 0 on b's copy
     assert wm.value == 7

@@ -15,7 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batch_layer.translators import _fused as fu
-from batch_layer.translators import _runtime as rt
+from batch_layer.translators._agg_prep import AggPrepEmitter
+from batch_layer.translators._chain import (
+    DropNullKeyStep, FilterStep, MapStep, MapValuesStep, RawDecoder, Step, chain_function,
+)
+from batch_layer.translators._folds import PlainFold, SessionFold, TimeWindowFold
+from batch_layer.translators._records import group_fn
 from speed_layer import Serdes, SessionWindows, TimeWindows
 from speed_layer.graph import ops
 
@@ -52,11 +57,11 @@ class _Counting:
 HOUR = 3_600_000
 
 
-def _views(shared: rt.Step) -> list[tuple[tuple[rt.Step, ...], Any, type, Any]]:
+def _views(shared: Step) -> list[tuple[tuple[Step, ...], Any, type, Any]]:
     """(steps, emitter, fold class, op) of four views over one input: tumbling and hopping
     windows, sessions and a plain aggregation; three share the step ``shared``."""
-    rekey = rt.MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
-    big = rt.FilterStep("big", lambda k, v: v["y"] > 4, negate=False)
+    rekey = MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
+    big = FilterStep("big", lambda k, v: v["y"] > 4, negate=False)
     add = lambda k, v, a: a + v["x"]  # noqa: E731
     tumbling = ops.AggregateOp("aggregate", "t", lambda: 0, add, TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(0)))
     hopping = ops.AggregateOp("aggregate", "h", lambda: [],
@@ -65,19 +70,19 @@ def _views(shared: rt.Step) -> list[tuple[tuple[rt.Step, ...], Any, type, Any]]:
     sessions = ops.AggregateOp("aggregate", "s", lambda: 0, add, SessionWindows.of_inactivity_gap_and_grace(timedelta(hours=2), timedelta(0)),
                                lambda k, a, b: a + b)
     plain = ops.AggregateOp("aggregate", "p", lambda: {"n": 0}, lambda k, v, a: {"n": a["n"] + 1, "last": v["x"]}, None)
-    t_em = rt.AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True)
-    h_em = rt.AggPrepEmitter("h", None, 3 * HOUR, HOUR, 24 * HOUR, keep_null_values=True)
+    t_em = AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True)
+    h_em = AggPrepEmitter("h", None, 3 * HOUR, HOUR, 24 * HOUR, keep_null_values=True)
     return [
-        ((shared,), t_em, rt.TimeWindowFold, (tumbling, 24 * HOUR)),
-        ((shared, rekey), h_em, rt.TimeWindowFold, (hopping, 24 * HOUR)),
-        ((shared, rekey, big), rt.AggPrepEmitter("s", None, None, None, None, keep_null_values=True), rt.SessionFold, (sessions,)),
-        ((), rt.AggPrepEmitter("p", None, None, None, None), rt.PlainFold, (plain,)),
+        ((shared,), t_em, TimeWindowFold, (tumbling, 24 * HOUR)),
+        ((shared, rekey), h_em, TimeWindowFold, (hopping, 24 * HOUR)),
+        ((shared, rekey, big), AggPrepEmitter("s", None, None, None, None, keep_null_values=True), SessionFold, (sessions,)),
+        ((), AggPrepEmitter("p", None, None, None, None), PlainFold, (plain,)),
     ]
 
 
 def _fold(cls: type, args: tuple[Any, ...], acc: _Acc) -> Any:
     op = args[0]
-    return cls(op.store, op, args[1], acc) if cls is rt.TimeWindowFold else cls(op.store, op, acc)
+    return cls(op.store, op, args[1], acc) if cls is TimeWindowFold else cls(op.store, op, acc)
 
 
 def _grouped(prep: pd.DataFrame, fn: Any, by: list[str]) -> list[tuple[Any, ...]]:
@@ -112,23 +117,23 @@ def test_fused_pass_equals_one_pass_per_view(recs: list[tuple[str, int, int]]) -
     half = len(raw) // 2
     batches = [raw.iloc[:half].reset_index(drop=True), raw.iloc[half:].reset_index(drop=True)]
 
-    def decoder() -> rt.RawDecoder:
-        return rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
+    def decoder() -> RawDecoder:
+        return RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
 
     # unfused: one pass and one fold per view
     mapper = _Counting()
-    shared = rt.MapValuesStep("shared", mapper, with_key=False)
+    shared = MapValuesStep("shared", mapper, with_key=False)
     acc_a, wm_a = _Acc(), _Max()
     expected = []
     for cid, (steps, emitter, cls, args) in enumerate(_views(shared)):
-        prep = pd.concat(list(rt.chain_function(decoder(), steps, emitter, acc_a, wm_a)(iter(batches))), ignore_index=True)
-        rows = _grouped(prep, rt.group_fn(_fold(cls, args, acc_a)), ["gk", "blk"])
+        prep = pd.concat(list(chain_function(decoder(), steps, emitter, acc_a, wm_a)(iter(batches))), ignore_index=True)
+        rows = _grouped(prep, group_fn(_fold(cls, args, acc_a)), ["gk", "blk"])
         expected += [r + (cid,) for r in rows]
     calls_unfused = mapper.calls
 
     # fused: one pass, one fold over (cid, key, block)
     mapper = _Counting()
-    shared = rt.MapValuesStep("shared", mapper, with_key=False)
+    shared = MapValuesStep("shared", mapper, with_key=False)
     acc_b, wm_b = _Acc(), _Max()
     views = _views(shared)
     consumers = [(cid, steps, emitter) for cid, (steps, emitter, _c, _a) in enumerate(views)]
@@ -146,7 +151,7 @@ def test_fused_pass_equals_one_pass_per_view(recs: list[tuple[str, int, int]]) -
 
 
 def test_trie_shares_equal_prefixes_only() -> None:
-    a, b, c = (rt.DropNullKeyStep(n) for n in "abc")
+    a, b, c = (DropNullKeyStep(n) for n in "abc")
     root = fu.step_trie([(0, (a, b), "e0"), (1, (a, c), "e1"), (2, (), "e2"), (3, (a, b), "e3")])
     assert root.ends == [(2, "e2", 0)] and list(root.children) == [id(a)]
     node_a = root.children[id(a)][1]
@@ -189,14 +194,14 @@ def test_fused_pass_and_fold_run_under_the_given_gc_thresholds() -> None:
     before = gc.get_threshold()
     wanted = (before[0] + 1234, before[1] + 1, before[2] + 1)
     op = ops.AggregateOp("aggregate", "p", lambda: 0, add, None)
-    consumers = [(0, (rt.MapValuesStep("m", mapper, with_key=False),), rt.AggPrepEmitter("p", None, None, None, None))]
+    consumers = [(0, (MapValuesStep("m", mapper, with_key=False),), AggPrepEmitter("p", None, None, None, None))]
     raw = pa.RecordBatch.from_pydict({"key": [b"a", b"b"], "value": [b'{"x": 1}', b'{"x": 2}'], "timestamp": [1, 2],
                                       "partition": [0, 0], "offset": [0, 1]})
-    decoder = rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
+    decoder = RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True)
     out = list(fu.fused_chain_function(decoder, consumers, _Acc(), _Max(), wanted)(iter([raw])))
     assert seen == [wanted, wanted] and gc.get_threshold() == before
     prep = pd.concat([b.to_pandas() for b in out], ignore_index=True)
-    rows = _spark_grouped(prep, fu.FusedFold({0: rt.PlainFold("p", op, _Acc())}, wanted))
+    rows = _spark_grouped(prep, fu.FusedFold({0: PlainFold("p", op, _Acc())}, wanted))
     assert [r[3] for r in rows] == ["1", "2"]
     assert seen == [wanted] * 4 and gc.get_threshold() == before
 
@@ -215,23 +220,23 @@ def test_counts_counted_in_the_pass_equal_counts_of_one_row_per_record(recs: lis
     half = len(raw) // 2
     arrow = [pa.RecordBatch.from_pandas(b.reset_index(drop=True), preserve_index=False)
              for b in (raw.iloc[:half], raw.iloc[half:])]
-    rekey = rt.MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
+    rekey = MapStep("rekey", lambda k, v: k + ("-odd" if v["x"] % 2 else "-even"), key_only=True)
     tumbling = TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(0))
     hopping = TimeWindows.of_size_and_grace(timedelta(hours=3), timedelta(0)).advance_by(timedelta(hours=2))
-    views = [((), rt.AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True, value_free=True),
+    views = [((), AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True, value_free=True),
               ops.AggregateOp("count", "t", None, None, tumbling)),
-             ((rekey,), rt.AggPrepEmitter("h", Serdes.String(), 3 * HOUR, 2 * HOUR, 6 * HOUR, keep_null_values=True,
+             ((rekey,), AggPrepEmitter("h", Serdes.String(), 3 * HOUR, 2 * HOUR, 6 * HOUR, keep_null_values=True,
                                           value_free=True), ops.AggregateOp("count", "h", None, None, hopping)),
-             ((rekey,), rt.AggPrepEmitter("a", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True),
+             ((rekey,), AggPrepEmitter("a", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True),
               ops.AggregateOp("aggregate", "a", lambda: 0, lambda k, v, a: a + v["x"], tumbling))]
 
     def run(counted: bool) -> tuple[list[tuple[Any, ...]], dict, int]:
         acc = _Acc()
-        folds = {cid: rt.TimeWindowFold(op.store, op, em.block, acc) for cid, (_s, em, op) in enumerate(views)}
+        folds = {cid: TimeWindowFold(op.store, op, em.block, acc) for cid, (_s, em, op) in enumerate(views)}
         assert [f.value_free for f in folds.values()] == [True, True, False]
         pre = {cid: f.precounting() for cid, f in folds.items() if f.precounting() is not None} if counted else {}
         consumers = [(cid, steps, em) for cid, (steps, em, _op) in enumerate(views)]
-        fn = fu.fused_chain_function(rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True), consumers,
+        fn = fu.fused_chain_function(RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True), consumers,
                                      acc, _Max(), None, frozenset(pre))
         out = list(fn(iter(arrow)))
         prep = pd.concat([b.to_pandas() for b in out], ignore_index=True)
@@ -254,14 +259,14 @@ def test_counts_of_an_abandoned_pass_do_not_reach_the_next_one() -> None:
     in the function object; the next pass with that function (a retry in the same worker)
     starts from none."""
     op = ops.AggregateOp("count", "t", None, None, TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(0)))
-    emitter = rt.AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True, value_free=True)
+    emitter = AggPrepEmitter("t", None, HOUR, HOUR, 24 * HOUR, keep_null_values=True, value_free=True)
     raw = pa.RecordBatch.from_pydict({"key": [b"a", b"a", b"b"], "value": [b'{"x": 1}'] * 3, "timestamp": [1, 2, 3],
                                       "partition": [0, 0, 0], "offset": [0, 1, 2]})
-    fn = fu.fused_chain_function(rt.RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True),
+    fn = fu.fused_chain_function(RawDecoder("src", Serdes.String(), Serdes.JSON(), None, 0, True),
                                  [(0, (), emitter)], _Acc(), _Max(), None, frozenset({0}))
     abandoned = fn(iter([raw, raw]))
     next(abandoned)  # the first batch's rows are counted, not emitted yet
     abandoned.close()
     out = pd.concat([b.to_pandas() for b in fn(iter([raw]))], ignore_index=True)
-    fold = rt.TimeWindowFold("t", op, 24 * HOUR, _Acc()).precounting()
+    fold = TimeWindowFold("t", op, 24 * HOUR, _Acc()).precounting()
     assert sorted((r[0], r[3]) for r in _spark_grouped(out, fu.FusedFold({0: fold}))) == [("a", "2"), ("b", "1")]
