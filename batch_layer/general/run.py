@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import reduce
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speed_layer.config import StreamsConfig
@@ -228,11 +227,15 @@ class GeneralRun:
             return self.input_frames[topic].select(*cols)
         if self.lake is None:
             raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
-        path = f"{self.lake.rstrip('/')}/raw/{topic}"
-        if "://" not in path and not (Path(path) / "_delta_log").is_dir():
+        from ..delta.io import local_path
+        from ..delta.layout import LakeLayout
+
+        path = LakeLayout(self.lake).raw_table(topic)
+        local = local_path(path)
+        if local is not None and not (local / "_delta_log").is_dir():
             raise BatchLayerError(f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
                                   "(batch_layer.ingest.ingest_topic) or pass input_frames")
-        return self.spark.read.format("delta").load(path).select(*cols)
+        return self.spark.read.format("delta").load(str(path)).select(*cols)
 
     def input_rows(self, topic: str) -> "DataFrame":
         """``topic``'s records as task input rows (:data:`INPUT_SCHEMA`)."""

@@ -234,10 +234,11 @@ class ExecContext:
         else:
             if self.lake is None:
                 raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
-            from ..delta.io import join_location, local_path
+            from ..delta.io import local_path
+            from ..delta.layout import LakeLayout
 
             # the lake may be a URI (s3a://bucket/lake, file:///data/lake): joined with "/"
-            path = join_location(self.lake, "raw", topic)
+            path = LakeLayout(self.lake).raw_table(topic)
             local = local_path(path)
             missing = (
                 f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
