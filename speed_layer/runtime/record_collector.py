@@ -23,9 +23,48 @@ from ..errors import StreamsException, TaskCorruptedException, TaskMigratedExcep
 from .delivery_errors import BATCH_OVERHEAD, RECORD_OVERHEAD_MAX, dead_letter_headers, record_batch_size, send_error_kind
 from .partitioning import RoundRobin, partition_for_key
 from .task import Metrics
+from .bounded_call import run_bounded
 from .task_timeout import TaskTimeout, topic_partition_count
 
 log = logging.getLogger("speed_layer.collector")
+
+#: producers never destroyed while the process runs: those replaced after a fatal error
+#: (``StreamThread._recover_producer``) and those that could not be closed cleanly
+#: (:func:`retire_producer`)
+RETIRED_PRODUCERS: list[Producer] = []
+#: how long a producer's ``close()`` may take at shutdown, s
+CLOSE_TIMEOUT_S = 10.0
+
+
+def retire_producer(producer: Producer) -> None:
+    """Drop what ``producer`` still queues and keep it referenced for the process' life
+    instead of destroying it: destroying a transactional producer whose transaction failed
+    mid-request can abort the process on a librdkafka 2.16 assertion
+    (``rd_kafka_enq_once_del_source_return``, seen in the broker-outage test)."""
+    try:
+        producer.purge()
+        producer.flush(0)
+    except Exception:  # noqa: BLE001 - the producer is dead anyway
+        log.debug("purging a retired producer failed", exc_info=True)
+    RETIRED_PRODUCERS.append(producer)
+
+
+def close_producer(producer: Producer, flush_s: float, name: str) -> None:
+    """Close ``producer`` at shutdown, as Kafka's ``Producer#close``: flush for at most
+    ``flush_s`` seconds, then end its librdkafka threads and broker connections (within
+    :data:`CLOSE_TIMEOUT_S`, else left to a daemon thread, WARNING). One that still holds
+    records after the flush (no broker answered) is retired instead
+    (:func:`retire_producer`), its records logged as not delivered. Never raises."""
+    left = producer.flush(flush_s)
+    if left:
+        log.warning("%s: %d record(s) not delivered at close", name, left)
+        retire_producer(producer)
+        return
+    returned, error = run_bounded(f"{name}: producer.close", producer.close, CLOSE_TIMEOUT_S)
+    if not returned:
+        log.warning("%s: the producer did not close within %.0f s: left to a daemon thread", name, CLOSE_TIMEOUT_S)
+    elif error is not None:
+        log.error("%s: closing the producer failed", name, exc_info=error)
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -434,7 +473,6 @@ class KafkaRecordCollector:
             raise StreamsException(f"{left} record(s) not acknowledged after {timeout_s} s")
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Flush what is still queued (best effort: errors are logged, not raised)."""
-        left = self.producer.flush(timeout_s)
-        if left:
-            log.warning("%d record(s) not delivered at close", left)
+        """Flush what is still queued for at most ``timeout_s`` seconds, then close the
+        producer (:func:`close_producer`; best effort: errors are logged, not raised)."""
+        close_producer(self.producer, timeout_s, "record collector")

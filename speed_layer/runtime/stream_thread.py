@@ -51,7 +51,7 @@ from .committed_offsets import CommittedOffsetsReader
 from .input_buffers import InputBuffers
 from .offset_commits import InFlightCommit, OffsetCommits, describe_offsets
 from .readiness import Readiness
-from .record_collector import KafkaRecordCollector
+from .record_collector import RETIRED_PRODUCERS, KafkaRecordCollector, close_producer, retire_producer
 from .restore import ChangelogRestorer
 from .task import Metrics
 from .task_executor import ACTIVE_TIME_NS, TaskExecutor
@@ -89,8 +89,6 @@ ABORT_TIMEOUT_S = 20.0
 RECOVERY_TIMEOUT_S = 300.0
 
 
-#: producers replaced after a fatal error, kept referenced (see ``_recover_producer``)
-_RETIRED_PRODUCERS: list[Producer] = []
 #: how much longer than its own timeout a transactional call may take before it is
 #: considered hung (see :func:`_watchdog`), s
 WATCHDOG_GRACE_S = 10.0
@@ -393,18 +391,31 @@ class StreamThread(threading.Thread):
             if self.consumer is not None:
                 self._close_consumer()
             if self.producer is not None:
-                if self._in_txn:
-                    try:
-                        self.producer.abort_transaction(10)
-                    except Exception:  # noqa: BLE001
-                        log.exception("aborting the transaction at close failed")
-                    self._in_txn = False
-                self.producer.flush(10)
-                self.producer = None
+                self._close_producer()
             if self.restorer is not None:
                 self.restorer.close()
                 self.restorer = None
             self._close_offsets_reader()
+
+    def _close_producer(self) -> None:
+        """Abort the open transaction, then close the producer (:func:`.close_producer`:
+        a flush of at most 10 s first), as Kafka Streams' ``StreamThread`` closes its
+        thread producer at shutdown: its librdkafka threads and broker connections end with
+        the thread, not when the thread object is freed (a closed ``KafkaStreams`` may stay
+        referenced). A producer whose transaction could not be aborted is retired instead
+        (:func:`.retire_producer`)."""
+        producer, self.producer = self.producer, None
+        self.collector = None
+        assert producer is not None
+        if self._in_txn:
+            self._in_txn = False
+            try:
+                producer.abort_transaction(10)
+            except Exception:  # noqa: BLE001
+                log.exception("%s: aborting the transaction at close failed", self.name)
+                retire_producer(producer)
+                return
+        close_producer(producer, 10, self.name)
 
     def _close_consumer(self) -> None:
         """Close the consumer, waiting at most ``default.api.timeout.ms`` +
@@ -629,17 +640,10 @@ class StreamThread(threading.Thread):
         self._in_txn = False  # the old transaction cannot be aborted: the new producer fences it
         self._close_tasks(list(self.tasks), clean=False)
         hung = _hung(_fatal_producer_error(cause))
-        if old is not None:
-            if not hung:  # (a hung producer is left alone: see _watchdog)
-                try:
-                    old.purge()
-                    old.flush(0)
-                except Exception:  # noqa: BLE001 - the producer is dead anyway
-                    log.debug("purging the failed producer failed", exc_info=True)
-            # never destroyed while the process runs: destroying a transactional producer
-            # whose transaction failed mid-request can abort the process on a librdkafka 2.16
-            # assertion (rd_kafka_enq_once_del_source_return), seen in broker_outage
-            _RETIRED_PRODUCERS.append(old)
+        if old is not None and hung:  # (a hung producer is left alone: see _watchdog)
+            RETIRED_PRODUCERS.append(old)
+        elif old is not None:
+            retire_producer(old)
         try:
             self._new_producer()
         except KafkaException as exc:
