@@ -6,6 +6,7 @@ offsets are Kafka offsets (ints).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -54,9 +55,18 @@ class TopicSpec:
     replication_factor: int = -1
 
 
+#: the logger of librdkafka's own messages for the clients of these helpers, as the streams
+#: runtime's clients: without one, librdkafka prints them to stderr (e.g. "BGQUEUE Purging
+#: N unserved events" when an admin client is freed with a late answer queued), in the
+#: middle of a command's one-line error
+CLIENT_LOGGER = logging.getLogger("speed_layer.kafka")
+
+
 def admin_client(bootstrap: str, config: Mapping[str, str | int] | None = None) -> AdminClient:
-    """An ``AdminClient`` for ``bootstrap`` with optional extra librdkafka settings."""
-    conf: dict[str, str | int] = {"bootstrap.servers": bootstrap}
+    """An ``AdminClient`` for ``bootstrap`` with optional extra librdkafka settings. Its
+    librdkafka messages go to the ``speed_layer.kafka`` logger (:data:`CLIENT_LOGGER`) when
+    the client is polled, never to stderr: a failed request is the call's exception."""
+    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     conf.update(config or {})
     return AdminClient(conf)
 
@@ -226,6 +236,7 @@ def end_offsets(
             "group.id": f"duet-offsets-{uuid.uuid4().hex}",  # never joins: no commits made
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "logger": CLIENT_LOGGER,
         }
     )
     try:

@@ -55,3 +55,31 @@ def test_end_offsets(kafka_bootstrap: str, unique_name: str) -> None:
     with pytest.raises(TopicError):
         end_offsets(kafka_bootstrap, f"{unique_name}-missing")
     delete_topics(kafka_bootstrap, [topic])
+
+
+_SILENT_CLIENT = """
+import sys
+import time
+from confluent_kafka.admin import AdminClient
+from speed_layer.runtime.admin import admin_client
+client = AdminClient({"bootstrap.servers": "127.0.0.1:1"}) if sys.argv[1] == "plain" else admin_client("127.0.0.1:1")
+time.sleep(1.5)  # librdkafka logs the refused connections meanwhile
+del client
+"""
+
+
+@pytest.mark.parametrize("client", ["plain", "duet"])
+def test_admin_clients_never_print_librdkafka_lines_to_stderr(client: str) -> None:
+    """A command's error is one line on stderr: librdkafka's own messages of the admin
+    helpers' clients go to the ``speed_layer.kafka`` logger, never straight to stderr, as a
+    plain ``AdminClient``'s do (the control case, which shows the check can fail)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _SILENT_CLIENT, client], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    printed = [ln for ln in res.stderr.splitlines() if ln.startswith("%")]
+    if client == "plain":
+        assert printed, "a plain AdminClient printed nothing: the check cannot tell"
+    else:
+        assert printed == []
