@@ -10,33 +10,15 @@ loaded on first use.
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+import lazy_loader
 
-_LAZY = {
-    "BatchCompileError": "batch_layer.compiler",
-    "BatchOptions": "batch_layer.compiler",
-    "BatchPlan": "batch_layer.compiler",
-    "BatchViews": "batch_layer.compiler",
-    "compile_topology": "batch_layer.compiler",
-    "BatchResult": "batch_layer.run",
-    "run_batch": "batch_layer.run",
-    "read_view": "batch_layer.run",
-    "view_path": "batch_layer.run",
-    "BatchLayerError": "batch_layer.errors",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'batch_layer' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "compiler": ["BatchPlan", "compile_topology"],
+        "errors": ["BatchCompileError", "BatchLayerError"],
+        "model": ["BatchOptions"],
+        "run": ["BatchResult", "read_view", "run_batch", "view_path"],
+        "views": ["BatchViews"],
+    },
+)

@@ -7,63 +7,27 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, str] = {
-    # errors
-    "ServingError": "serving.errors",
-    "UnknownViewError": "serving.errors",
-    "UnknownKeyError": "serving.errors",
-    "InvalidTimeError": "serving.errors",
-    "CatalogueError": "serving.errors",
-    "BatchViewNotFoundError": "serving.errors",
-    "SpeedSourceError": "serving.errors",
-    "QualityError": "serving.errors",
-    # views
-    "ViewSpec": "serving.views.model",
-    "load_catalogue": "serving.views.model",
-    "save_catalogue": "serving.views.model",
-    "catalogue_path": "serving.views.model",
-    "merge_view": "serving.views.merge",
-    "agreement": "serving.views.merge",
-    "AgreementReport": "serving.views.merge",
-    "read_view_topic": "serving.views.speed",
-    "read_batch_view": "serving.views.batch",
-    "read_batch_watermark": "serving.views.batch",
-    "read_batch_info": "serving.views.batch",
-    "publish": "serving.views.publish",
-    "served_view_path": "serving.views.publish",
-    "ViewIndex": "serving.views.index",
-    # quality
-    "ExpectationSpec": "serving.quality.suite",
-    "QualityCheck": "serving.quality.suite",
-    "QualityResult": "serving.quality.suite",
-    "run_suite": "serving.quality.suite",
-    "standard_expectations": "serving.quality.suite",
-    "save_result": "serving.quality.suite",
-    "load_results": "serving.quality.suite",
-    # api
-    "create_app": "serving.api.app",
-    "serve": "serving.api.app",
-    "parse_time_ms": "serving.api.times",
-}
+import lazy_loader
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'serving' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "errors": ["ServingError", "UnknownViewError", "UnknownKeyError", "InvalidTimeError", "CatalogueError",
+                   "BatchViewNotFoundError", "SpeedSourceError", "QualityError"],
+        "views.model": ["ViewSpec", "load_catalogue", "save_catalogue", "catalogue_path"],
+        "views.merge": ["merge_view", "agreement", "AgreementReport"],
+        "views.speed": ["read_view_topic"],
+        "views.batch": ["read_batch_view", "read_batch_watermark", "read_batch_info"],
+        "views.publish": ["publish", "served_view_path"],
+        "views.index": ["ViewIndex"],
+        "quality.suite": ["ExpectationSpec", "QualityCheck", "QualityResult", "run_suite", "standard_expectations",
+                          "save_result", "load_results"],
+        "api.app": ["create_app", "serve"],
+        "api.times": ["parse_time_ms"],
+    },
+)
 
 if TYPE_CHECKING:  # for type checkers and IDEs
     from serving.api.app import create_app, serve

@@ -141,3 +141,23 @@ def test_no_batch_layer_module_is_over_500_lines() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _modules().values()}
     big = {f: n for f, n in sorted(sizes.items()) if n > MAX_LINES}
     assert not big, f"batch_layer files over {MAX_LINES} lines (split them by what they own): {big}"
+
+
+def test_the_package_face_is_lazy_and_complete() -> None:
+    """``import batch_layer`` imports no pyspark, pandas nor the compiler; every name of
+    ``__all__`` then resolves to the object of the module that defines it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, batch_layer\n"
+        "heavy = [m for m in ('pyspark', 'pandas', 'batch_layer.compiler') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "for name in batch_layer.__all__:\n"
+        "    obj = getattr(batch_layer, name)\n"
+        "    assert getattr(sys.modules[obj.__module__], name) is obj, name\n"
+        "print(len(batch_layer.__all__))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "10"
