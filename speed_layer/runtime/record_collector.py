@@ -20,10 +20,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ..errors import StreamsException, TaskCorruptedException, TaskMigratedException
+from .bounded_call import run_bounded
 from .delivery_errors import BATCH_OVERHEAD, RECORD_OVERHEAD_MAX, dead_letter_headers, record_batch_size, send_error_kind
 from .partitioning import RoundRobin, partition_for_key
 from .task import Metrics
-from .bounded_call import run_bounded
 from .task_timeout import TaskTimeout, topic_partition_count
 
 log = logging.getLogger("speed_layer.collector")
@@ -36,16 +36,18 @@ RETIRED_PRODUCERS: list[Producer] = []
 CLOSE_TIMEOUT_S = 10.0
 
 
-def retire_producer(producer: Producer) -> None:
-    """Drop what ``producer`` still queues and keep it referenced for the process' life
-    instead of destroying it: destroying a transactional producer whose transaction failed
-    mid-request can abort the process on a librdkafka 2.16 assertion
-    (``rd_kafka_enq_once_del_source_return``, seen in the broker-outage test)."""
-    try:
-        producer.purge()
-        producer.flush(0)
-    except Exception:  # noqa: BLE001 - the producer is dead anyway
-        log.debug("purging a retired producer failed", exc_info=True)
+def retire_producer(producer: Producer, *, purge: bool = True) -> None:
+    """Drop what ``producer`` still queues (unless ``purge`` is False: a hung producer is
+    left alone) and keep it referenced for the process' life instead of destroying it:
+    destroying a transactional producer whose transaction failed mid-request can abort the
+    process on a librdkafka 2.16 assertion (``rd_kafka_enq_once_del_source_return``, seen
+    in the broker-outage test)."""
+    if purge:
+        try:
+            producer.purge()
+            producer.flush(0)
+        except Exception:  # noqa: BLE001 - the producer is dead anyway
+            log.debug("purging a retired producer failed", exc_info=True)
     RETIRED_PRODUCERS.append(producer)
 
 

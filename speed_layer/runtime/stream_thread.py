@@ -51,7 +51,7 @@ from .committed_offsets import CommittedOffsetsReader
 from .input_buffers import InputBuffers
 from .offset_commits import InFlightCommit, OffsetCommits, describe_offsets
 from .readiness import Readiness
-from .record_collector import RETIRED_PRODUCERS, KafkaRecordCollector, close_producer, retire_producer
+from .record_collector import KafkaRecordCollector, close_producer, retire_producer
 from .restore import ChangelogRestorer
 from .task import Metrics
 from .task_executor import ACTIVE_TIME_NS, TaskExecutor
@@ -640,10 +640,8 @@ class StreamThread(threading.Thread):
         self._in_txn = False  # the old transaction cannot be aborted: the new producer fences it
         self._close_tasks(list(self.tasks), clean=False)
         hung = _hung(_fatal_producer_error(cause))
-        if old is not None and hung:  # (a hung producer is left alone: see _watchdog)
-            RETIRED_PRODUCERS.append(old)
-        elif old is not None:
-            retire_producer(old)
+        if old is not None:
+            retire_producer(old, purge=not hung)  # (a hung producer is left alone: see _watchdog)
         try:
             self._new_producer()
         except KafkaException as exc:
