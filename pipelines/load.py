@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from confluent_kafka import KafkaError, Message, Producer
 
 from pipelines.pipeline import Pipeline, Sample, SourceRecord
-from speed_layer.admin import ensure_topics
+from speed_layer.admin import client_config, ensure_topics
 
 __all__ = ["load", "produce_tables", "produce_records", "produce_events", "encode_value", "source_producer", "LoadError", "PRODUCER_CONFIG"]
 
@@ -53,7 +53,7 @@ def source_producer(bootstrap: str, overrides: Mapping[str, str | int | bool] | 
     when a caller's frame is in a reference cycle, e.g. held by a caught exception's
     traceback). On an exception the records still queued are purged first, so that
     ``close()`` (which flushes) does not wait for a broker that failed."""
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **(overrides or {})})
+    producer = Producer(client_config(bootstrap, {**PRODUCER_CONFIG, **(overrides or {})}))
     try:
         yield producer
     except BaseException:

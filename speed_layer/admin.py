@@ -11,6 +11,7 @@ offsets (ints).
   partition count), :func:`delete_topics`, :func:`topic_partitions`, :func:`end_offsets`;
 * consumer groups: :func:`consumer_groups`, :func:`group_members` (:class:`ActiveMember`);
 * :func:`admin_client`: a confluent-kafka ``AdminClient`` with duet's logger and timeouts;
+  :func:`client_config`: the configuration of any other client with that logger;
 * the embedded broker: :class:`EmbeddedKafka` (one KRaft node: broker and controller),
   :class:`EmbeddedKafkaCluster` (several nodes on loopback) and :func:`kafka_cluster`
   (``$KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded broker for the block); they raise
@@ -19,14 +20,14 @@ offsets (ints).
 from __future__ import annotations
 
 from .runtime.admin import (
-    ActiveMember, TopicError, TopicMismatchError, TopicSpec, admin_client, consumer_groups, delete_topics, end_offsets,
-    ensure_topics, group_members, topic_partitions,
+    ActiveMember, TopicError, TopicMismatchError, TopicSpec, admin_client, client_config, consumer_groups, delete_topics,
+    end_offsets, ensure_topics, group_members, topic_partitions,
 )
 from .runtime.broker import BrokerStartError, EmbeddedKafka, KafkaJarsMissingError, kafka_cluster
 from .runtime.cluster import EmbeddedKafkaCluster
 
 __all__ = [
     "TopicSpec", "TopicError", "TopicMismatchError", "ensure_topics", "delete_topics", "topic_partitions", "end_offsets",
-    "admin_client", "ActiveMember", "consumer_groups", "group_members",
+    "admin_client", "client_config", "ActiveMember", "consumer_groups", "group_members",
     "EmbeddedKafka", "EmbeddedKafkaCluster", "kafka_cluster", "BrokerStartError", "KafkaJarsMissingError",
 ]

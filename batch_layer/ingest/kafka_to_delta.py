@@ -99,6 +99,8 @@ def ingest_topic(
     """
     from confluent_kafka import Consumer
 
+    from speed_layer.admin import client_config
+
     if max_records is not None and max_records < 0:
         raise ValueError("max_records must be >= 0")
     if commit_bytes <= 0:
@@ -108,8 +110,7 @@ def ingest_topic(
     path = raw_table_path(lake, topic)
     t0 = time.monotonic()
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
+        client_config(bootstrap, {
             "group.id": f"duet-ingest-{topic}",  # required by the client; never joined nor committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -119,10 +120,10 @@ def ingest_topic(
             "fetch.max.bytes": 64 << 20,
             "max.partition.fetch.bytes": 16 << 20,
             "queued.max.messages.kbytes": 128 << 10,
-        }
+        })
     )
     try:
-        partitions = _partitions(consumer, topic)
+        partitions = _partitions(consumer, topic, idle_timeout_s)
         with _table_lock(path):
             archived = _max_offsets(path)
             ranges = _plan(consumer, topic, partitions, archived)
@@ -155,9 +156,9 @@ def ingest_topics(
 # --------------------------------------------------------------------------------------- internals
 
 
-def _partitions(consumer, topic: str) -> list[int]:  # noqa: ANN001 - confluent_kafka.Consumer
+def _partitions(consumer, topic: str, timeout_s: float) -> list[int]:  # noqa: ANN001 - confluent_kafka.Consumer
     try:
-        md = consumer.list_topics(topic, timeout=15)
+        md = consumer.list_topics(topic, timeout=timeout_s)
     except Exception as e:  # KafkaException: broker unreachable
         raise BatchLayerError(f"cannot read the metadata of topic {topic!r}: {e}") from e
     tmd = md.topics.get(topic)

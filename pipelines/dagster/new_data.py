@@ -170,15 +170,16 @@ def read_kafka_range(bootstrap: str, topic: str, plan: Mapping[int, tuple[int, i
 
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
+    from speed_layer.admin import client_config
+
+    consumer = Consumer(client_config(bootstrap, {
         "group.id": f"duet-new-data-{topic}",  # required by the client; never joined nor committed
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
-    })
+    }))
     try:
         consumer.assign([TopicPartition(topic, q, start) for q, (start, _) in plan.items()])
         pending = dict(plan)

@@ -152,10 +152,10 @@ def consumer_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    from speed_layer.admin import end_offsets
+    from speed_layer.admin import client_config, end_offsets
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "client.id": f"duet-lag-{uuid.uuid4().hex[:6]}"})
+    consumer = Consumer(client_config(bootstrap, {"group.id": group, "enable.auto.commit": False,
+                                                  "client.id": f"duet-lag-{uuid.uuid4().hex[:6]}"}))
     try:
         out: dict[str, int] = {}
         for topic in topics:

@@ -81,9 +81,10 @@ def read_view_topic(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+    from speed_layer.admin import client_config
+
     deadline = time.monotonic() + timeout_s
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
+    conf = client_config(bootstrap, {
         "group.id": f"duet-serving-reader-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -91,8 +92,8 @@ def read_view_topic(
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
         "fetch.wait.max.ms": 100,
-    }
-    conf.update(config or {})
+        **(config or {}),
+    })
     consumer = Consumer(conf)
     try:
         while True:

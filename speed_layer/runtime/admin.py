@@ -28,6 +28,7 @@ __all__ = [
     "topic_partitions",
     "end_offsets",
     "admin_client",
+    "client_config",
     "ActiveMember",
     "consumer_groups",
     "group_members",
@@ -62,13 +63,23 @@ class TopicSpec:
 CLIENT_LOGGER = logging.getLogger("speed_layer.kafka")
 
 
-def admin_client(bootstrap: str, config: Mapping[str, str | int] | None = None) -> AdminClient:
-    """An ``AdminClient`` for ``bootstrap`` with optional extra librdkafka settings. Its
-    librdkafka messages go to the ``speed_layer.kafka`` logger (:data:`CLIENT_LOGGER`) when
-    the client is polled, never to stderr: a failed request is the call's exception."""
+def client_config(bootstrap: str, config: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The librdkafka configuration of a client of ``bootstrap`` (a consumer, producer or
+    admin client) beside the streams runtime: ``config`` (librdkafka settings, e.g.
+    ``group.id``) plus ``bootstrap.servers`` and ``logger``, so that librdkafka's own
+    messages go to the ``speed_layer.kafka`` logger (:data:`CLIENT_LOGGER`) when the client
+    is polled instead of to stderr, as the streams runtime's clients' do. A ``logger`` in
+    ``config`` wins."""
     conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     conf.update(config or {})
-    return AdminClient(conf)
+    return conf
+
+
+def admin_client(bootstrap: str, config: Mapping[str, object] | None = None) -> AdminClient:
+    """An ``AdminClient`` for ``bootstrap`` with optional extra librdkafka settings
+    (:func:`client_config`): its librdkafka messages go to the ``speed_layer.kafka``
+    logger, never to stderr; a failed request is the call's exception."""
+    return AdminClient(client_config(bootstrap, config))
 
 
 def _partition_counts(admin: AdminClient, timeout_s: float) -> dict[str, tuple[int, bool]]:
@@ -230,15 +241,11 @@ def end_offsets(
     count = topic_partitions(bootstrap, topic, timeout_s)
     if count is None:
         raise TopicError(f"topic {topic!r} does not exist")
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"duet-offsets-{uuid.uuid4().hex}",  # never joins: no commits made
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-            "logger": CLIENT_LOGGER,
-        }
-    )
+    consumer = Consumer(client_config(bootstrap, {
+        "group.id": f"duet-offsets-{uuid.uuid4().hex}",  # never joins: no commits made
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+    }))
     try:
         return {
             p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1])

@@ -471,9 +471,9 @@ class EmbeddedKafka:
             except OSError:
                 time.sleep(0.1)
 
-        from confluent_kafka.admin import AdminClient  # local: keep import of this module light
+        from .admin import admin_client  # local: keep import of this module light
 
-        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000})
+        admin = admin_client(bootstrap, {"socket.connection.setup.timeout.ms": 2000})
         while True:
             if self._proc.poll() is not None:
                 raise fail(f"the broker exited with code {self._proc.returncode}")

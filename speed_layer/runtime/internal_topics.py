@@ -267,12 +267,10 @@ def reset_application(
             members (stop every instance first) or Kafka refuses a step.
     """
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    from .admin import delete_topics, group_members
+    from .admin import admin_client, delete_topics, group_members
     from .task_timeout import ListOffsets
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     members = group_members(bootstrap, [application_id], timeout_s)
     if members:
         raise StreamsException(

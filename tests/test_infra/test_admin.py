@@ -83,3 +83,50 @@ def test_admin_clients_never_print_librdkafka_lines_to_stderr(client: str) -> No
         assert printed, "a plain AdminClient printed nothing: the check cannot tell"
     else:
         assert printed == []
+
+
+_PRODUCT_CLIENTS = """
+import tempfile
+import time
+from confluent_kafka import KafkaException
+from batch_layer.ingest.kafka_to_delta import ingest_topic
+from pipelines.dagster.new_data import read_kafka_range
+from pipelines.load import source_producer
+from serving.errors import SpeedSourceError
+from speed_layer.runtime.internal_topics import reset_application
+
+DEAD = "127.0.0.1:1"
+calls = {
+    "ingest_topic": lambda: ingest_topic(None, DEAD, "t", tempfile.mkdtemp(), idle_timeout_s=1.0),
+    "read_kafka_range": lambda: list(read_kafka_range(DEAD, "t", {0: (0, 1)}, idle_timeout_s=1.0)),
+    "reset_application": lambda: reset_application(DEAD, "app", ["t"], timeout_s=1.0),
+}
+for name, call in calls.items():
+    try:
+        call()
+    except Exception as exc:  # each fails: no broker; only what it prints matters here
+        print(name, type(exc).__name__)
+with source_producer(DEAD) as producer:
+    producer.produce("t", b"x")
+    producer.poll(1.5)
+    producer.purge()
+from serving.views.speed import read_view_topic
+try:
+    read_view_topic(DEAD, "t", windowed=False, timeout_s=1.0)
+except SpeedSourceError as exc:
+    print("read_view_topic", type(exc).__name__)
+"""
+
+
+def test_product_clients_never_print_librdkafka_lines_to_stderr() -> None:
+    """The clients duet builds outside the streams runtime (the archive's, the Dagster
+    sensor's, the source producer, the application reset's, the serving layer's view
+    reader) log through ``speed_layer.kafka`` (:func:`speed_layer.admin.client_config`): on
+    an unreachable cluster each fails with its own error and prints no librdkafka line."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _PRODUCT_CLIENTS], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("%")] == []
+    assert len(res.stdout.splitlines()) == 4, res.stdout
