@@ -81,6 +81,7 @@ def produce(kafka_bootstrap: str) -> Callable[..., list[Produced]]:
                 on_delivery=on_delivery(i, list(headers or [])), **kwargs,
             )
         assert producer.flush(30) == 0
+        producer.close()
         assert not errors, errors
         return [a for a in acked if a is not None]
 

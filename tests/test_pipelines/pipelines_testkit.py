@@ -67,5 +67,5 @@ def produce(bootstrap: str, topic: str, records: list[object]) -> int:
 
     producer = Producer({"bootstrap.servers": bootstrap})
     n = produce_records(producer, topic, records, len(records))
-    del producer  # closed now, not after the broker stops
+    producer.close()  # now, not after the broker stops
     return n

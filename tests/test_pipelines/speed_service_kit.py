@@ -85,6 +85,7 @@ def produce_clicks(bootstrap: str, prefix: str, first: int, n: int, *, at_ms: in
         p.produce(f"{prefix}-clicks", key=f"u{i % USERS}".encode(), value=json.dumps({"page": f"p{i % PAGES}"}).encode(),
                   timestamp=ts)
     assert p.flush(30) == 0
+    p.close()
 
 
 def start_child(bootstrap: str, prefix: str, name: str, state: Path, slow_ms: float,

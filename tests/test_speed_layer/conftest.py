@@ -49,6 +49,7 @@ class RuntimeKit:
             vb = v if raw or v is None else json.dumps(v).encode()
             p.produce(topic, key=kb, value=vb, timestamp=ts)
         assert p.flush(30) == 0
+        p.close()  # its threads and connections end now, not when the collector frees it
 
     def read(self, topic: str, *, read_committed: bool = False, timeout_s: float = 30) -> list[Any]:
         """Every record of ``topic`` up to its end offsets (messages, partition order)."""
