@@ -2,22 +2,22 @@
 
 Shared by the Kafka runtime and the TopologyTestDriver. A task owns its processors and
 state stores, tracks stream time (the largest timestamp it has processed; it advances only
-with records), picks the next record from the partition whose head record has the lowest
-timestamp (Kafka's PartitionGroup), runs punctuations, handles deserialization and
-processing errors (fail, continue, or dead-letter), and on commit flushes caches and
-stores and returns the offsets to commit. Its processors each get a
+with records), takes the next record from its :class:`~.partition_group.PartitionGroup`
+(the partition whose head record has the lowest timestamp), runs the punctuations of its
+two :class:`~.punctuation.PunctuationQueue` s, hands a failed record to its
+:class:`~.record_errors.RecordErrors` (fail, continue, or dead-letter), and on commit
+flushes caches and stores and returns the offsets to commit. Its processors each get a
 :class:`~.context.ProcessorContextImpl`; the offsets are committed with the metadata of
 :mod:`.commit_metadata`.
 """
 from __future__ import annotations
 
 import logging
-import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, Protocol
 
 from ..config import StreamsConfig
 from ..errors import InvalidTimestampException, SerializationException, StreamsException
@@ -33,12 +33,14 @@ from ..topology import Topology
 from ..windows import Windowed
 from .commit_metadata import decode_commit_metadata, encode_commit_metadata
 from .context import ProcessorContextImpl
+from .partition_group import Headers, PartitionGroup, RawRecord
 from .partitioning import partition_for_key
+from .punctuation import PunctuationQueue, PunctuationSchedule
+from .record_errors import RecordErrors
 
 log = logging.getLogger("speed_layer.task")
 
-
-Headers = list[tuple[str, bytes | None]]
+__all__ = ["Headers", "Metrics", "RawRecord", "RecordCollector", "StreamTask"]
 
 
 def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
@@ -60,20 +62,6 @@ class RecordCollector(Protocol):
     def partitions_for(self, topic: str) -> int: ...
 
 
-class RawRecord(NamedTuple):
-    """A consumed record before deserialization (immutable; a named tuple, so the stream
-    thread builds one per consumed record with ``tuple.__new__``, without a Python
-    ``__init__`` frame). ``headers``: the consumer's list, or an empty tuple."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: Headers | tuple[()] = ()
-
-
 @dataclass
 class Metrics:
     """Counters per task and name, e.g. ``("0_1", "dropped-records")``."""
@@ -91,21 +79,6 @@ class Metrics:
 
     def total(self, name: str) -> int:
         return sum(v for (_, n), v in self.counters.items() if n == name)
-
-
-class _Punctuation(Cancellable):
-    def __init__(self, node: str, interval: int, due: int, fn: Callable[[int], None]) -> None:
-        self.node, self.interval, self.due, self.fn = node, interval, due, fn
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def advance(self, now: int) -> None:
-        nxt = self.due + self.interval
-        if now >= nxt:
-            nxt = now - ((now - self.due) % self.interval) + self.interval
-        self.due = nxt
 
 
 class StreamTask:
@@ -145,8 +118,12 @@ class StreamTask:
         self.current_node: str | None = None
         self.app_id = config.application_id
         self.state_dir = state_dir
-        self._punctuations: list[_Punctuation] = []
-        self._queues: dict[tuple[str, int], deque[RawRecord]] = {}
+        #: the buffered input, one queue per partition (Kafka's ``PartitionGroup``)
+        self.partition_group = PartitionGroup()
+        self.stream_time_punctuations = PunctuationQueue()
+        self.wall_clock_punctuations = PunctuationQueue()
+        self.errors = RecordErrors(task_id, config, lambda name: self.metrics.inc(task_id, name),
+                                   lambda *record: self.collector.send(*record))
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         members = set(subtopology.nodes)
         cm = topology.child_map()
@@ -213,26 +190,46 @@ class StreamTask:
             s.close()
 
     # ------------------------------------------------------------------ input buffering
+    # (the partition group's, under the names the stream thread and the executor use)
     def add_records(self, records: list[RawRecord]) -> None:
         """Buffer consumed records per partition (Kafka's PartitionGroup)."""
-        for r in records:
-            self._queues.setdefault((r.topic, r.partition), deque()).append(r)
+        self.partition_group.add_records(records)
 
     def buffered(self) -> int:
-        n = 0
-        for q in self._queues.values():
-            n += len(q)
-        return n
+        return self.partition_group.buffered()
 
     def buffered_in(self, topic: str, partition: int) -> int:
-        q = self._queues.get((topic, partition))
-        return len(q) if q else 0
+        return self.partition_group.buffered_in(topic, partition)
 
     def buffered_head(self, topic: str, partition: int) -> int | None:
         """The timestamp (ms) of the next buffered record of one input partition, None
         when its buffer is empty."""
-        q = self._queues.get((topic, partition))
-        return q[0].timestamp if q else None
+        return self.partition_group.buffered_head(topic, partition)
+
+    def queue(self, topic: str, partition: int) -> deque[RawRecord]:
+        """The buffer of one input partition (created empty on first use); the stream
+        thread appends consumed records to it directly."""
+        return self.partition_group.queue(topic, partition)
+
+    def head_timestamp(self) -> int:
+        """The lowest timestamp (ms) among the heads of the partition buffers; -1 if empty."""
+        return self.partition_group.head_timestamp()
+
+    def process_next(self) -> bool:
+        """Process the buffered record with the lowest timestamp across this task's input
+        partitions. Returns False when nothing is buffered."""
+        q = self.partition_group.next_queue()
+        if q is None:
+            return False
+        self.process(q.popleft())
+        return True
+
+    def process_run(self, until_ts: int | None, max_records: int) -> int:
+        """Process up to ``max_records`` buffered records in timestamp order, while the next
+        one's timestamp is ``<= until_ts`` (ms; None: no bound), stopping after a record that
+        empties its partition's buffer (:meth:`PartitionGroup.process_run`). Returns the
+        number processed."""
+        return self.partition_group.process_run(self.process, until_ts, max_records)
 
     def may_send_to_own_sources(self) -> bool:
         """Whether a sink of this task's sub-topology may write to one of its source topics:
@@ -242,70 +239,6 @@ class StreamTask:
             if isinstance(op, SinkOp) and (op.topic_extractor is not None or self.full_topic(op.topic or "", op.repartition) in self.sources):
                 return True
         return False
-
-    def queue(self, topic: str, partition: int) -> deque[RawRecord]:
-        """The buffer of one input partition (created empty on first use); the stream
-        thread appends consumed records to it directly."""
-        q = self._queues.get((topic, partition))
-        if q is None:
-            q = self._queues[(topic, partition)] = deque()
-        return q
-
-    def head_timestamp(self) -> int:
-        """The lowest timestamp (ms) among the heads of the partition buffers; -1 if empty."""
-        best = -1
-        for q in self._queues.values():
-            if q:
-                ts = q[0].timestamp
-                if best < 0 or ts < best:
-                    best = ts
-        return best
-
-    def process_next(self) -> bool:
-        """Process the buffered record with the lowest timestamp across this task's input
-        partitions. Returns False when nothing is buffered."""
-        best: deque[RawRecord] | None = None
-        for q in self._queues.values():
-            if q and (best is None or q[0].timestamp < best[0].timestamp):
-                best = q
-        if best is None:
-            return False
-        self.process(best.popleft())
-        return True
-
-    def process_run(self, until_ts: int | None, max_records: int) -> int:
-        """Process up to ``max_records`` buffered records in timestamp order (as
-        :meth:`process_next`), while the next one's timestamp is ``<= until_ts`` (None: no
-        bound), stopping after a record that empties its partition's buffer (which may
-        change whether the task may go on, KIP-695). Returns the number processed."""
-        process = self.process
-        queues = [q for q in self._queues.values() if q]
-        n = 0
-        if len(queues) == 1:
-            q = queues[0]
-            popleft = q.popleft
-            if until_ts is None:
-                while n < max_records and q:
-                    process(popleft())
-                    n += 1
-            else:
-                while n < max_records and q and q[0].timestamp <= until_ts:
-                    process(popleft())
-                    n += 1
-            return n
-        while n < max_records and queues:
-            best = queues[0]
-            for q in queues:
-                if q[0].timestamp < best[0].timestamp:
-                    best = q
-            if until_ts is not None and best[0].timestamp > until_ts:
-                break
-            process(best.popleft())
-            n += 1
-            if not best:
-                break
-            queues = [q for q in queues if q]
-        return n
 
     # ------------------------------------------------------------------ processing
     def node_serdes(self, node: GraphNode) -> tuple[Serde[Any], Serde[Any]]:
@@ -377,7 +310,7 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         self._current_raw = None  # a punctuation has no current record (Kafka: metadata undefined)
-        if self._punctuations:
+        if self.stream_time_punctuations.schedules:
             self.punctuate_stream_time()
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
@@ -424,94 +357,22 @@ class StreamTask:
         return self.clock()
 
     def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
-        where = f"{raw.topic}-{raw.partition}@{raw.offset}"
-        if handler == "log_and_fail":
-            raise StreamsException(f"{kind} error in task {self.task_id} on record {where}: {exc!r}") from exc
-        self.metrics.inc(self.task_id, "dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: skipping record %s after %s error: %r", self.task_id, where, kind, exc)
-            return
-        headers = list(raw.headers) + [
-            ("__streams.errors.topic", raw.topic.encode()),
-            ("__streams.errors.partition", str(raw.partition).encode()),
-            ("__streams.errors.offset", str(raw.offset).encode()),
-        ]
-        self._dead_letter(kind, exc, where, raw.key, raw.value, raw.timestamp, headers)
+        """``handler`` for the source record ``raw`` that failed in step ``kind``
+        (:meth:`RecordErrors.record_failed`).
+
+        Raises:
+            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
+        """
+        self.errors.record_failed(kind, handler, raw, exc)
 
     def handle_flush_error(self, node: str, record: Record[Any, Any], exc: Exception) -> None:
         """``processing.exception.handler`` for an exception raised downstream of ``node``
-        by a record its store's cache flush forwarded: ``log_and_fail`` raises,
-        ``log_and_continue`` drops the record (``dropped-records``), ``dead_letter`` sends a
-        dead letter with a null key and value (a flushed record has no source record of its
-        own: KIP-1034's ``sourceRawKey``/``sourceRawValue`` are null outside ``process``) and
-        the error headers, ``__streams.errors.node`` naming ``node``.
+        by a record its store's cache flush forwarded (:meth:`RecordErrors.flushed_record_failed`).
 
         Raises:
             StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
         """
-        handler = self.config.processing_exception_handler
-        where = f"flushed from the cache of {node} (key {record.key!r}, timestamp {record.timestamp})"
-        if handler == "log_and_fail":
-            raise StreamsException(f"processing error in task {self.task_id} on a record {where}: {exc!r}") from exc
-        self.metrics.inc(self.task_id, "dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: skipping a record %s after processing error: %r", self.task_id, where, exc)
-            return
-        self._dead_letter("processing", exc, where, None, None, record.timestamp, [("__streams.errors.node", node.encode())])
-
-    def _handle_serialization_error(self, node: str, topic: str, origin: str, record: Record[Any, Any], exc: Exception) -> None:
-        """``production.exception.handler`` for a record the sink ``node``'s serializer of
-        ``origin`` (``KEY`` or ``VALUE``) rejects, as Kafka's ``RecordCollectorImpl#send``
-        hands a serialization exception to ``ProductionExceptionHandler#handleSerializationException``
-        (KIP-399): ``log_and_fail`` (Kafka's DefaultProductionExceptionHandler: FAIL) raises
-        "Unable to serialize record"; otherwise the record is not sent (CONTINUE) and is
-        counted in ``dropped-records``, and ``dead_letter`` sends the source record being
-        processed (KIP-1034's ``sourceRawKey``/``sourceRawValue``: null for a record a
-        cache flush or a punctuation forwarded) with the error headers, ``__streams.errors.node``
-        naming the sink and ``__streams.errors.origin`` the origin. The other sinks of the
-        record still get it (Kafka's CONTINUE drops this send only).
-
-        Raises:
-            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
-        """
-        handler = self.config.production_exception_handler
-        desc = f"ProducerRecord(topic=[{topic}], timestamp=[{record.timestamp}]), {origin.lower()} {record.key if origin == 'KEY' else record.value!r}"
-        if handler == "log_and_fail":
-            raise StreamsException(f"Unable to serialize record in task {self.task_id}. {desc}: {exc!r}") from exc
-        self.metrics.inc(self.task_id, "dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: unable to serialize record, continue processing. %s: %r", self.task_id, desc, exc)
-            return
-        extra = [("__streams.errors.node", node.encode()), ("__streams.errors.origin", origin.encode()),
-                 ("__streams.errors.sink.topic", topic.encode())]
-        raw = self._current_raw
-        if raw is None:
-            self._dead_letter("serialization", exc, f"{desc} (no source record)", None, None, record.timestamp, extra)
-            return
-        headers = list(raw.headers) + [
-            ("__streams.errors.topic", raw.topic.encode()),
-            ("__streams.errors.partition", str(raw.partition).encode()),
-            ("__streams.errors.offset", str(raw.offset).encode()),
-        ] + extra
-        self._dead_letter("serialization", exc, f"{raw.topic}-{raw.partition}@{raw.offset} ({desc})", raw.key, raw.value,
-                          raw.timestamp, headers)
-
-    def _dead_letter(self, kind: str, exc: Exception, where: str, key: bytes | None, value: bytes | None, timestamp: int,
-                     headers: list[tuple[str, bytes]]) -> None:
-        """Send a dead letter to ``errors.dead.letter.queue.topic.name`` with the error
-        headers (KIP-1034 names) after ``headers``."""
-        dlq = self.config.dead_letter_queue_topic
-        if not dlq:
-            raise StreamsException("errors.dead.letter.queue.topic.name must be set when an exception handler is 'dead_letter'")
-        headers = headers + [
-            ("__streams.errors.exception", type(exc).__name__.encode()),
-            ("__streams.errors.message", str(exc).encode()),
-            ("__streams.errors.stacktrace", "".join(traceback.format_exception(exc)).encode()[:8000]),
-            ("__streams.errors.kind", kind.encode()),
-        ]
-        self.metrics.inc(self.task_id, "dead-lettered")
-        log.warning("task %s: record %s sent to %s after %s error: %r", self.task_id, where, dlq, kind, exc)
-        self.collector.send(dlq, key, value, timestamp, headers, None)
+        self.errors.flushed_record_failed(node, record, exc)
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
         """The send of the sink node ``node``: serialize with the sink's serdes and hand to the
@@ -535,12 +396,12 @@ class StreamTask:
             try:
                 kb = ks.serialize(key)
             except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self._handle_serialization_error(node, full, "KEY", record, exc)
+                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
                 return
             try:
                 vb = vs.serialize(value)
             except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self._handle_serialization_error(node, full, "VALUE", record, exc)
+                self.errors.serialization_failed(node, full, "VALUE", record, self._current_raw, exc)
                 return
         partition = None
         if plain:
@@ -552,7 +413,7 @@ class StreamTask:
             try:
                 base = ks.inner.serialize(key.key)
             except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self._handle_serialization_error(node, full, "KEY", record, exc)
+                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
                 return
             if base is not None:
                 partition = partition_for_key(base, self.collector.partitions_for(full))
@@ -561,46 +422,29 @@ class StreamTask:
 
     # ------------------------------------------------------------------ punctuation
     def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:
+        """``ProcessorContext#schedule`` of processor ``node``: every ``interval`` ms of
+        stream time (first due at the first record) or of the task's clock (first due one
+        interval from now)."""
         if type == PunctuationType.STREAM_TIME:
-            p = _Punctuation(node, interval, 0, fn)
-            self._punctuations.append(p)
-        else:
-            p = _Punctuation(node, interval, self.clock() + interval, fn)
-            p.wall = True  # type: ignore[attr-defined]
-            self._punctuations.append(p)
-        return p
+            return self.stream_time_punctuations.schedule(node, interval, 0, fn)
+        return self.wall_clock_punctuations.schedule(node, interval, self.clock() + interval, fn)
 
-    def _run_punctuations(self, now: int, wall: bool) -> bool:
-        for p in self._punctuations:
-            if p.cancelled or (now >= p.due and getattr(p, "wall", False) == wall):
-                break
-        else:
-            return False  # nothing due, nothing to drop (the common case: once per record)
-        fired = False
-        # as Kafka's PunctuationQueue: due schedules in order of their due time, each once
-        for p in sorted(self._punctuations, key=lambda p: p.due):
-            if p.cancelled:
-                if p in self._punctuations:
-                    self._punctuations.remove(p)
-                continue
-            if getattr(p, "wall", False) != wall or now < p.due or now < 0:
-                continue
-            self.current_node = p.node
-            p.fn(now)
-            self.current_node = None
-            p.advance(now)
-            fired = True
-        return fired
+    def _punctuate(self, schedule: PunctuationSchedule, now: int) -> None:
+        self.current_node = schedule.node
+        schedule.fn(now)
+        self.current_node = None
 
     def punctuate_stream_time(self) -> bool:
-        return self._run_punctuations(self.stream_time, wall=False)
+        """Fire the stream-time punctuations due at the task's stream time; whether one fired."""
+        return self.stream_time_punctuations.may_punctuate(self.stream_time, self._punctuate)
 
     def wall_clock_punctuation_due(self, now_ms: int) -> bool:
         """Whether a wall-clock punctuation is due at ``now_ms`` (ms)."""
-        return any(getattr(p, "wall", False) and not p.cancelled and p.due <= now_ms for p in self._punctuations)
+        return self.wall_clock_punctuations.due(now_ms)
 
     def punctuate_wall_clock(self) -> bool:
-        return self._run_punctuations(self.clock(), wall=True)
+        """Fire the wall-clock punctuations due at the task's clock; whether one fired."""
+        return self.wall_clock_punctuations.may_punctuate(self.clock(), self._punctuate)
 
     # ------------------------------------------------------------------ commit
     def flush(self) -> None:
