@@ -30,8 +30,9 @@ The views the main job compares and serves are read from the view output topics,
 every instance writes: nothing changes for them. Interactive queries (``duet speed --follow
 --server``) read the local stores of one instance and forward a key to its owner.
 
-An instance imports the pipeline by reference (:func:`pipeline_reference`): a pipeline must
-be a module attribute (any declaration ``duet`` resolves is).
+An instance (:mod:`pipelines.speed_instance`, its own process) imports the pipeline by
+reference (:func:`pipeline_reference`): a pipeline must be a module attribute (any
+declaration ``duet`` resolves is).
 """
 
 from __future__ import annotations
@@ -54,20 +55,17 @@ from typing import IO, Any
 from pipelines.pipeline import Pipeline, PipelineError
 from pipelines.placement import Placement, load_costs, place_subtopologies
 from pipelines.progress import NullReporter, Reporter
+from pipelines.speed_instance import REPORT_EVERY_S
 from pipelines.speed_service import LateRecord, SpeedLayerFailed, SpeedStats
 
 log = logging.getLogger(__name__)
 
 __all__ = ["pipeline_reference", "run_speed_instances", "InstanceDied"]
 
-#: seconds between two progress reports of an instance
-REPORT_EVERY_S = 0.5
 #: seconds an instance is given to close after being told to stop (then it is killed)
 STOP_GRACE_S = 60.0
 #: ... when its state is deleted after the run (a fresh application id: ``duet run``)
 FRESH_STOP_GRACE_S = 5.0
-#: seconds an instance's ``KafkaStreams.close`` may take (then it exits all the same)
-CLOSE_TIMEOUT_S = 45.0
 #: ... after a Ctrl-C (the run is abandoned: no need to wait for a clean close)
 INTERRUPT_GRACE_S = 5.0
 _LOG_TAIL_LINES = 12
@@ -190,7 +188,7 @@ class InstanceGroup:
             state_dir.mkdir(parents=True, exist_ok=True)
             log = state_dir / "instance.log"
             extra = {**self.extra, "instance.subtopologies": list(self.placement.instances[i])}
-            cmd = [sys.executable, "-m", "pipelines.speed_instances", "--pipeline", self.reference,
+            cmd = [sys.executable, "-m", "pipelines.speed_instance", "--pipeline", self.reference,
                    "--name", self.pipeline.name, "--bootstrap", self.bootstrap, "--application-id",
                    self.application_id, "--state-dir", str(state_dir), "--extra", json.dumps(extra)]
             if self.verbose:
@@ -449,119 +447,3 @@ def run_speed_instances(
                 group.remove_state()
         else:
             group.stop(grace_s=INTERRUPT_GRACE_S)
-
-
-# --------------------------------------------------------------------------- an instance
-def _instance_main(argv: list[str]) -> int:
-    """One instance (``python -m pipelines.speed_instances ...``): run the streams, report on
-    stdout (JSON lines), stop on ``stop`` or EOF on stdin, or SIGTERM."""
-    import argparse
-    import logging
-
-    ap = argparse.ArgumentParser(prog="python -m pipelines.speed_instances")
-    ap.add_argument("--pipeline", required=True)
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--application-id", required=True)
-    ap.add_argument("--state-dir", required=True)
-    ap.add_argument("--extra", default="{}")
-    ap.add_argument("--verbose", action="store_true")
-    a = ap.parse_args(argv)
-    out = os.fdopen(os.dup(1), "w", buffering=1)  # the reports; anything else printed goes to the log
-    os.dup2(2, 1)
-    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    lock = threading.Lock()
-
-    def report(**msg: Any) -> None:
-        with lock:
-            out.write(json.dumps(msg, default=str) + "\n")
-
-    def note(text: str) -> None:  # a line of the instance's log
-        print(f"{time.strftime('%H:%M:%S')} duet speed instance {os.getpid()}: {text}", file=sys.stderr, flush=True)
-
-    go, stop = threading.Event(), threading.Event()
-
-    def read_commands() -> None:
-        for line in sys.stdin:
-            if line.strip() == "start":
-                go.set()
-            elif line.strip() == "stop":
-                break
-        stop.set()  # "stop", or EOF: the supervisor is gone
-        go.set()
-
-    threading.Thread(target=read_commands, name="duet-instance-commands", daemon=True).start()
-
-    def on_term(*_: Any) -> None:
-        stop.set()
-        go.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-
-    from pipelines.resolve import load_pipeline
-    from pipelines.speed_service import runtime_late_records, runtime_late_windows, streams_config, wait_caught_up
-    from speed_layer import KafkaStreams
-
-    pipeline = load_pipeline(a.pipeline)
-    if pipeline.name != a.name:
-        report(event="error", message=f"{a.pipeline} is pipeline {pipeline.name!r}, not {a.name!r}")
-        return 2
-    conf = streams_config(pipeline, a.bootstrap, a.application_id, Path(a.state_dir), json.loads(a.extra))
-    streams = KafkaStreams(pipeline.build_topology(), conf)
-
-    def processed() -> int:
-        try:
-            return int(streams.metrics().get("process-total", 0))
-        except Exception:  # noqa: BLE001 - informative only
-            return 0
-
-    report(event="ready", pid=os.getpid(), processed=0)
-    note(f"ready ({a.application_id}, state {a.state_dir})")
-    go.wait()  # every instance is ready: they join the group together (see InstanceGroup.start)
-    if stop.is_set():
-        return 0
-    code = 0
-    try:
-        streams.start()
-        report(event="started", processed=0)
-        caught_up = running = False
-        while not stop.is_set():
-            if not running and streams.state == "RUNNING":  # its tasks assigned and restored
-                running = True
-                note("running")
-                report(event="running", processed=processed())
-            if not caught_up:
-                caught_up = wait_caught_up(streams, REPORT_EVERY_S)
-                report(event="caught_up" if caught_up else "progress", processed=processed())
-                if caught_up:
-                    note("caught up")
-            else:
-                stop.wait(REPORT_EVERY_S)
-                if streams.state in ("PENDING_ERROR", "ERROR", "NOT_RUNNING") and not stop.is_set():
-                    errors = list(getattr(streams, "errors", []) or [])
-                    raise SpeedLayerFailed(f"the speed layer stopped (state {streams.state}): "
-                                           f"{errors[0] if errors else None!r}")
-                report(event="progress", processed=processed())
-        note(f"stopping (state {streams.state})")
-        metrics = dict(streams.metrics())
-        late = [(r.store, r.key, r.timestamp) for r in runtime_late_records(streams)]
-        windows = {store: sorted(wins) for store, wins in runtime_late_windows(streams).items()}
-        # the results before the close: what was caught up on is committed and its outputs
-        # flushed already, and the close of the last instances may wait for a rebalance
-        # (the first ones leaving the group move their tasks to them)
-        report(event="final", processed=int(metrics.get("process-total", 0)), metrics=metrics, late=late,
-               late_windows=windows, cpu_s=time.process_time())
-    except SpeedLayerFailed as exc:
-        report(event="error", message=str(exc))
-        code = 1
-    finally:
-        t0 = time.monotonic()
-        closed = streams.close(CLOSE_TIMEOUT_S)
-        note(f"closed in {time.monotonic() - t0:.1f} s" + ("" if closed else " (threads still running)"))
-    out.close()
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(_instance_main(sys.argv[1:]))

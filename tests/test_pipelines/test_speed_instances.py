@@ -106,7 +106,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> t
 
 
 def _children(pid: int) -> list[int]:
-    """The speed-layer instances ``pid`` started (``python -m pipelines.speed_instances``)."""
+    """The speed-layer instances ``pid`` started (``python -m pipelines.speed_instance``)."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -116,7 +116,7 @@ def _children(pid: int) -> list[int]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and b"pipelines.speed_instances" in cmd:
+        if ppid == pid and b"-m pipelines.speed_instance " in cmd:
             out.append(int(entry.name))
     return sorted(out)
 
