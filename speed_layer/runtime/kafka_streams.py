@@ -42,7 +42,7 @@ from ..graph.ops import SinkOp
 from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView, ReadOnlyWindowView, store_view
 from ..topology import Topology
 from . import gc_tuning
-from .admin import TopicError, admin_client, ensure_topics, max_message_bytes
+from .admin import TopicError, admin_client, client_config, ensure_topics, max_message_bytes
 from .catch_up import CatchUpWaiter
 from .global_state import GlobalStateUpdater
 from .internal_topics import TopologyPlan, plan_topology, reset_application
@@ -736,10 +736,9 @@ class KafkaStreams:
             positions[t.name] = {tp: at for tp, at in mine.items() if at >= 0}
         wanted = sorted({tp for mine in positions.values() for tp in mine})
         if self._end_offsets is None:
-            conf = {"bootstrap.servers": self.config.bootstrap_servers,
-                    "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted",
-                    **self.client_overrides("admin.")}
-            self._end_offsets = ListOffsets(conf)
+            self._end_offsets = ListOffsets(client_config(self.config.bootstrap_servers, {
+                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted",
+                **self.client_overrides("admin.")}))
         ends = self._end_offsets.offsets(wanted, "latest", timeout_s)
         return {name: {tp: max(0, ends[tp] - at) for tp, at in sorted(mine.items()) if tp in ends}
                 for name, mine in positions.items()}
