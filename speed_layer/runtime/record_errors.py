@@ -50,6 +50,22 @@ class RecordErrors:
         self.count = count
         self.send = send
 
+    def _dead_letters(self, handler: str, exc: Exception, failure: str, skipping: str) -> bool:
+        """Apply ``handler`` (Kafka's FAIL or CONTINUE) to ``exc``: whether a dead letter is
+        to be sent. ``failure``: the ``StreamsException``'s text; ``skipping``: the warning
+        of ``log_and_continue``.
+
+        Raises:
+            StreamsException: under ``log_and_fail``.
+        """
+        if handler == "log_and_fail":
+            raise StreamsException(f"{failure}: {exc!r}") from exc
+        self.count("dropped-records")
+        if handler == "log_and_continue":
+            log.warning("task %s: %s: %r", self.task_id, skipping, exc)
+            return False
+        return True
+
     def record_failed(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
         """``handler`` for the source record ``raw`` that failed in step ``kind``
         (``deserialization``, ``timestamp_extraction`` or ``processing``).
@@ -58,13 +74,9 @@ class RecordErrors:
             StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
         """
         where = f"{raw.topic}-{raw.partition}@{raw.offset}"
-        if handler == "log_and_fail":
-            raise StreamsException(f"{kind} error in task {self.task_id} on record {where}: {exc!r}") from exc
-        self.count("dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: skipping record %s after %s error: %r", self.task_id, where, kind, exc)
-            return
-        self.dead_letter(kind, exc, where, raw.key, raw.value, raw.timestamp, _source_headers(raw))
+        if self._dead_letters(handler, exc, f"{kind} error in task {self.task_id} on record {where}",
+                              f"skipping record {where} after {kind} error"):
+            self.dead_letter(kind, exc, where, raw.key, raw.value, raw.timestamp, _source_headers(raw))
 
     def flushed_record_failed(self, node: str, record: Record[Any, Any], exc: Exception) -> None:
         """``processing.exception.handler`` for an exception raised downstream of ``node``
@@ -79,13 +91,9 @@ class RecordErrors:
         """
         handler = self.config.processing_exception_handler
         where = f"flushed from the cache of {node} (key {record.key!r}, timestamp {record.timestamp})"
-        if handler == "log_and_fail":
-            raise StreamsException(f"processing error in task {self.task_id} on a record {where}: {exc!r}") from exc
-        self.count("dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: skipping a record %s after processing error: %r", self.task_id, where, exc)
-            return
-        self.dead_letter("processing", exc, where, None, None, record.timestamp, [("__streams.errors.node", node.encode())])
+        if self._dead_letters(handler, exc, f"processing error in task {self.task_id} on a record {where}",
+                              f"skipping a record {where} after processing error"):
+            self.dead_letter("processing", exc, where, None, None, record.timestamp, [("__streams.errors.node", node.encode())])
 
     def serialization_failed(self, node: str, topic: str, origin: str, record: Record[Any, Any], raw: RawRecord | None,
                              exc: Exception) -> None:
@@ -106,11 +114,8 @@ class RecordErrors:
         """
         handler = self.config.production_exception_handler
         desc = f"ProducerRecord(topic=[{topic}], timestamp=[{record.timestamp}]), {origin.lower()} {record.key if origin == 'KEY' else record.value!r}"
-        if handler == "log_and_fail":
-            raise StreamsException(f"Unable to serialize record in task {self.task_id}. {desc}: {exc!r}") from exc
-        self.count("dropped-records")
-        if handler == "log_and_continue":
-            log.warning("task %s: unable to serialize record, continue processing. %s: %r", self.task_id, desc, exc)
+        if not self._dead_letters(handler, exc, f"Unable to serialize record in task {self.task_id}. {desc}",
+                                  f"unable to serialize record, continue processing. {desc}"):
             return
         extra = [("__streams.errors.node", node.encode()), ("__streams.errors.origin", origin.encode()),
                  ("__streams.errors.sink.topic", topic.encode())]
