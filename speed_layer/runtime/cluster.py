@@ -3,9 +3,14 @@
 Each node is an :class:`~speed_layer.runtime.broker.EmbeddedKafka` running as broker and
 controller (KRaft combined mode) in its own JVM and folder; the N controllers form the
 quorum (``controller.quorum.voters``), so the cluster keeps a controller while a majority
-of nodes run. With three or more nodes every topic, the consumer offsets and the
-transaction log get replication factor 3 and ``min.insync.replicas`` 2, as production
-clusters are run; with one or two, the factor is the node count.
+of nodes run. As Kafka's ``KafkaClusterTestKit`` does with its ``TestKitNodes``, the cluster
+picks the ports and the cluster id (one :class:`~speed_layer.runtime.kraft_config.Quorum`),
+then drives each node through the public lifecycle of
+:class:`~speed_layer.runtime.kraft_node.KRaftNode` (configure, format, launch, wait until
+ready), formatting and waiting in parallel, and stops them all at once. With three or more
+nodes every topic, the consumer offsets and the transaction log get replication factor 3
+and ``min.insync.replicas`` 2, as production clusters are run; with one or two, the factor
+is the node count.
 
 Faults act on one node at a time: :meth:`EmbeddedKafkaCluster.kill` (SIGKILL, keeping its
 data and ports), :meth:`~EmbeddedKafkaCluster.restart`, :meth:`~EmbeddedKafkaCluster.pause`
@@ -36,7 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from speed_layer.runtime.broker import EmbeddedKafka, _free_ports, _kafka_uuid, _Quorum
+from speed_layer.runtime.broker import EmbeddedKafka
+from speed_layer.runtime.kraft_config import Quorum, free_ports, kafka_uuid
 
 __all__ = ["EmbeddedKafkaCluster"]
 
@@ -113,36 +119,33 @@ class EmbeddedKafkaCluster:
             return self._bootstrap
         deadline = time.monotonic() + timeout_s
         nodes = list(self.nodes.values())
-        classpath = nodes[0]._classpath()
-        ports = _free_ports(2 * self.size)
-        quorum = _Quorum({n.node_id: ports[2 * i + 1] for i, n in enumerate(nodes)}, _kafka_uuid())
+        classpath = nodes[0].classpath()
+        ports = free_ports(2 * self.size)
+        quorum = Quorum({n.node_id: ports[2 * i + 1] for i, n in enumerate(nodes)}, kafka_uuid())
         try:
             for i, node in enumerate(nodes):
-                node._prepare_work_dir()
-                node._configure(ports[2 * i], ports[2 * i + 1], quorum)
-            self._each(nodes, lambda node: node._format_log_dir(classpath, deadline))
+                node.prepare_work_dir()
+                node.configure(ports[2 * i], ports[2 * i + 1], quorum)
+            self._each(nodes, lambda node: node.format_log_dir(classpath, deadline))
             for node in nodes:
-                node._launch_broker(classpath)
+                node.launch(classpath)
             ids = set(self.nodes)
-            bootstraps = [f"127.0.0.1:{ports[2 * i]}" for i in range(self.size)]
-            self._each(nodes, lambda node: node._wait_ready(bootstraps[node.node_id - 1], deadline, ids))
-            for node, bootstrap in zip(nodes, bootstraps):
-                node._bootstrap = bootstrap
+            self._each(nodes, lambda node: node.wait_ready(deadline, ids))
         except BaseException:
             self._stop_nodes(timeout_s=5)
             raise
-        self._bootstrap = ",".join(bootstraps)
+        self._bootstrap = ",".join(node.bootstrap_servers for node in nodes)
         atexit.register(self.stop)
         return self._bootstrap
 
     @staticmethod
-    def _each(nodes: list[EmbeddedKafka], step: object) -> None:
+    def _each(nodes: list[EmbeddedKafka], step: Callable[[EmbeddedKafka], object]) -> None:
         """Run ``step(node)`` for every node in parallel threads; re-raise the first error."""
         errors: list[BaseException] = []
 
         def run(node: EmbeddedKafka) -> None:
             try:
-                step(node)  # type: ignore[operator]
+                step(node)
             except BaseException as exc:  # re-raised below
                 errors.append(exc)
 
