@@ -25,7 +25,7 @@ thread's own polls, or by ``consumer.close()``):
 
 Difference from Kafka: the thread does not wait for the result of a commit before it
 polls again (it is collected at the next loop); closing waits for it, bounded (see
-``StreamThread._await_commit``).
+``TaskCommitter.await_in_flight``).
 """
 from __future__ import annotations
 
@@ -39,9 +39,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("speed_layer.thread")
 
-__all__ = ["COMMIT_GRACE_S", "InFlightCommit", "OffsetCommits", "describe_offsets"]
+__all__ = ["COMMIT_GRACE_S", "COORDINATOR_ERRORS", "InFlightCommit", "OffsetCommits", "REBALANCE_ERRORS", "describe_offsets"]
 
 TP = tuple[str, int]
+#: errors of a group coordinator that is away, moving or loading (the request is retried later)
+COORDINATOR_ERRORS = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                      KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+#: offset-commit errors of a group that is rebalancing (the commit is retried later)
+REBALANCE_ERRORS = {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
 
 #: how much longer than ``default.api.timeout.ms`` a commit may take before it is reported
 #: as not returned, s (librdkafka's own request timeouts are not bounded by that key)
