@@ -193,7 +193,7 @@ class StreamThread(threading.Thread):
     def _setup_clients(self) -> None:
         s = self.context
         client_id = self._client_id
-        cconf = s.consumer_config(client_id=f"{client_id}-consumer")
+        cconf = s.consumer_config(f"{client_id}-consumer")
         cconf.update({
             "group.id": self.config.application_id,
             "enable.auto.commit": False,
@@ -204,7 +204,7 @@ class StreamThread(threading.Thread):
         cconf.update(s.client_overrides("consumer."))
         self.consumer = Consumer(cconf)
         self._new_producer()
-        rconf = s.consumer_config(client_id=f"{client_id}-restore-consumer")
+        rconf = s.consumer_config(f"{client_id}-restore-consumer")
         rconf.update(s.client_overrides("consumer."))
         self.restorer = ChangelogRestorer(rconf, TaskTimeout.of(self.config))
 
@@ -293,7 +293,7 @@ class StreamThread(threading.Thread):
 
     def _reader_config(self) -> dict[str, Any]:
         """The consumer config of the thread's committed-offsets reader (:class:`.CommittedOffsets`)."""
-        conf = self.context.consumer_config(client_id=f"{self._client_id}-offsets-reader")
+        conf = self.context.consumer_config(f"{self._client_id}-offsets-reader")
         conf.update(self.context.client_overrides("consumer."))
         return conf
 

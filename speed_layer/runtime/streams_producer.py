@@ -137,7 +137,7 @@ class StreamsProducer:
             KafkaException: ``init_transactions`` failed for good (:attr:`producer` is then
                 the new producer, :attr:`collector` still the former one's).
         """
-        pconf = self._producer_config(client_id=self._client_id)
+        pconf = self._producer_config(self._client_id)
         if self.eos:
             pconf["transactional.id"] = self._transactional_id
         if self._only_errors:
