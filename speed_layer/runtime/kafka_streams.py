@@ -1,7 +1,7 @@
 """KafkaStreams: runs a Topology on a Kafka cluster (Kafka's ``KafkaStreams``).
 
 ``KafkaStreams(topology, config)`` validates the config at construction; ``start()``
-creates the internal topics (:mod:`.internal_topics`), bootstraps the global stores
+creates the internal topics (:mod:`.topic_setup`), bootstraps the global stores
 (:mod:`.global_state`), then starts ``num.stream.threads`` :class:`StreamThread` s sharing
 the tasks of the application with every other instance of the same ``application.id``
 (the consumer group). ``close()`` stops them gracefully (commit, checkpoint, close
@@ -29,30 +29,29 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from typing import Any, Callable
 
-from confluent_kafka import KafkaException
-
 from ..config import StreamsConfig
-from ..errors import ConfigException, InvalidStateStoreException, StreamsException, TaskTimeoutException, TopologyException
-from ..graph.ops import SinkOp
-from ..state.query import ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView, ReadOnlyWindowView, store_view
+from ..errors import StreamsException
+from ..state.query import (QueryableStoreProvider, ReadOnlyKeyValueView, ReadOnlySessionView, ReadOnlyVersionedView,
+                           ReadOnlyWindowView)
 from ..topology import Topology
-from . import gc_tuning
-from .admin import TopicError, admin_client, client_config, ensure_topics, max_message_bytes
+from . import client_configs, gc_tuning
+from .admin import CLIENT_LOGGER, admin_client
 from .catch_up import CatchUpWaiter
+from .client_metrics import ClientMetrics
+from .client_state import ClientState
 from .global_state import GlobalStateUpdater
-from .internal_topics import TopologyPlan, plan_topology, reset_application
-from .metadata import (SERVER_SEPARATOR, KeyQueryMetadata, StreamsMetadata, describe_members, group_streams_metadata,
-                       key_query_metadata, standby_hosts_of)
+from .internal_topics import TopologyPlan, reset_application
+from .metadata import KeyQueryMetadata, StreamsMetadata, StreamsMetadataState
 from .record_collector import KafkaRecordCollector, PartitionCounts
 from .restore import StateDirectory
 from .standby import StandbyUpdater
-from .task_timeout import ListOffsets, TaskTimeout, retry_broker_call
 from .stream_thread import StreamThread, ThreadContext, ThreadHooks
+from .topic_setup import setup_topics
+from .uncaught_exceptions import EXCEPTION_HANDLER_RESPONSES, handler_response
 
 log = logging.getLogger("speed_layer.streams")
 
@@ -60,21 +59,6 @@ __all__ = [
     "KafkaStreams", "reset_application", "EXCEPTION_HANDLER_RESPONSES", "ReadOnlyKeyValueView", "ReadOnlyWindowView",
     "ReadOnlySessionView", "ReadOnlyVersionedView",
 ]
-
-#: the window of the windowed thread metrics (``commit-latency-avg``/``-max``), s: Kafka's
-#: defaults, ``metrics.num.samples`` (2) x ``metrics.sample.window.ms`` (30 s)
-METRICS_WINDOW_S = 60.0
-#: what an uncaught exception handler may answer (Kafka's StreamThreadExceptionResponse)
-EXCEPTION_HANDLER_RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
-_TRANSITIONS = {
-    "CREATED": {"REBALANCING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
-    "REBALANCING": {"RUNNING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
-    "RUNNING": {"REBALANCING", "PENDING_SHUTDOWN", "PENDING_ERROR"},
-    "PENDING_SHUTDOWN": {"NOT_RUNNING"},
-    "NOT_RUNNING": set(),
-    "PENDING_ERROR": {"ERROR"},
-    "ERROR": set(),
-}
 
 
 class KafkaStreams:
@@ -94,24 +78,10 @@ class KafkaStreams:
     def __init__(self, topology: Topology, config: StreamsConfig | dict[str, Any]) -> None:
         self.config = StreamsConfig.of(config)
         cfg = self.config
-        if not cfg.bootstrap_servers.strip():
-            raise ConfigException("bootstrap.servers must be set: host:port[,host:port...] of the Kafka cluster")
-        for key, handler in (("deserialization.exception.handler", cfg.deserialization_exception_handler),
-                             ("processing.exception.handler", cfg.processing_exception_handler),
-                             ("production.exception.handler", cfg.production_exception_handler)):
-            if handler == "dead_letter" and not cfg.dead_letter_queue_topic:
-                raise ConfigException(f"{key}=dead_letter requires errors.dead.letter.queue.topic.name (the dead-letter topic)")
-        if not topology.source_topics():
-            raise TopologyException("Topology has no stream threads and no global threads: add a source first")
-        if cfg.instance_subtopologies is not None:
-            task_subs = sorted(sub.id for sub in topology.task_subtopologies())
-            unknown = sorted(set(cfg.instance_subtopologies) - set(task_subs))
-            if unknown:
-                raise ConfigException(f"instance.subtopologies={list(cfg.instance_subtopologies)}: no sub-topology {unknown} "
-                                      f"with tasks in this topology; allowed ids: {task_subs}")
+        client_configs.validate(cfg, topology)
         self.topology = topology
         #: Kafka: commit.interval.ms defaults to 100 ms under exactly-once, 30000 ms otherwise
-        self.commit_interval_ms = cfg.commit_interval_ms if ("commit_interval_ms" in cfg.model_fields_set or not cfg.exactly_once) else 100
+        self.commit_interval_ms = client_configs.commit_interval_ms(cfg)
         self.state_directory = StateDirectory(cfg.state_dir, cfg.application_id)
         self._paused = threading.Event()
         self.process_id = ""
@@ -122,76 +92,34 @@ class KafkaStreams:
         self._global: GlobalStateUpdater | None = None
         self._standby: StandbyUpdater | None = None
         self._threads: list[StreamThread] = []
-        self._dead_metrics: list[Any] = []
-        self._state = "CREATED"
+        self._states = ClientState(cfg.application_id)
         #: whether this client raised the collector's thresholds (``python.gc.thresholds``)
         self._gc_tuned = False
-        self._lock = threading.RLock()
+        self._lock = self._states.lock
         self._handler: Callable[[BaseException], str] | None = None
-        self._state_listener: Callable[[str, str], None] | None = None
         self.errors: list[BaseException] = []
-        self._started_at = 0.0
-        self._commit_total_dead = 0
-        self._poll_total_dead = 0
         self._admin: Any = None
-        self._end_offsets: ListOffsets | None = None  # records_lag's
+        self._metrics = ClientMetrics(cfg, lambda: list(self._threads),
+                                      lambda: self._global.metrics if self._global is not None else None)
+        #: the store provider of the interactive-query views (Kafka's QueryableStoreProvider)
+        self._queryable_stores = QueryableStoreProvider(
+            lambda: self.state, lambda: self.global_stores,
+            lambda: [task for th in list(self._threads) for task in list(th.tasks.values())])
+        self._metadata = StreamsMetadataState(cfg, topology, lambda: self.state, lambda: self.plan, lambda: self.global_stores,
+                                              self._admin_client, self._reset_admin)
 
     # ------------------------------------------------------------------ client configs
     def client_overrides(self, prefix: str) -> dict[str, Any]:
         """``<prefix>key`` entries of the config with the prefix stripped."""
-        return {k[len(prefix):]: v for k, v in self.config.client_overrides.items() if k.startswith(prefix)}
-
-    def _logger(self) -> logging.Logger:
-        return logging.getLogger("speed_layer.kafka")
-
-    def _retry_backoff(self) -> dict[str, Any]:
-        """``retry.backoff.ms`` for librdkafka (its range starts at 1; a backoff above its
-        ``retry.backoff.max.ms``, 1000, raises that bound too: the backoff stays static)."""
-        ms = max(1, self.config.retry_backoff_ms)
-        return {"retry.backoff.ms": ms, **({"retry.backoff.max.ms": ms} if ms > 1000 else {})}
+        return client_configs.client_overrides(self.config, prefix)
 
     def consumer_config(self, client_id: str) -> dict[str, Any]:
-        cfg = self.config
-        if cfg.application_server:  # published to the other instances (see .metadata)
-            client_id = f"{client_id}{SERVER_SEPARATOR}{cfg.application_server}"
-        return {
-            "bootstrap.servers": cfg.bootstrap_servers,
-            "client.id": client_id,
-            "session.timeout.ms": cfg.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, min(3000, cfg.session_timeout_ms // 3)),
-            "isolation.level": "read_committed" if cfg.exactly_once else "read_uncommitted",
-            # an empty fetch answers after this long: it bounds how soon a caught-up
-            # partition is known to be caught up (end-of-partition), on which tasks wait
-            "fetch.wait.max.ms": 20,
-            # librdkafka postpones the next fetch of a partition by this long (default 1 s)
-            # after its local queue was over its thresholds, e.g. when the partition was
-            # paused (buffered.records.per.partition reached) and resumed: the stream thread
-            # then waited in poll for that partition's next records most of the time (the
-            # Java consumer fetches a resumed partition at once)
-            "fetch.queue.backoff.ms": 10,
-            "auto.offset.reset": cfg.auto_offset_reset,
-            **self._retry_backoff(),
-            "logger": self._logger(),
-        }
+        """A consumer's librdkafka config (:func:`.client_configs.consumer_config`)."""
+        return client_configs.consumer_config(self.config, client_id)
 
     def producer_config(self, client_id: str) -> dict[str, Any]:
-        cfg = self.config
-        conf: dict[str, Any] = {
-            "bootstrap.servers": cfg.bootstrap_servers,
-            "client.id": client_id,
-            "partitioner": "murmur2_random",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            **self._retry_backoff(),
-            "logger": self._logger(),
-        }
-        if cfg.request_timeout_ms is not None:
-            conf["request.timeout.ms"] = cfg.request_timeout_ms
-        if cfg.exactly_once:
-            conf["transaction.timeout.ms"] = 10_000  # Kafka Streams' default under EOS
-        conf.update(self.client_overrides("producer."))
-        return conf
+        """A producer's librdkafka config (:func:`.client_configs.producer_config`)."""
+        return client_configs.producer_config(self.config, client_id)
 
     def _new_collector(self) -> KafkaRecordCollector:
         from confluent_kafka import Producer
@@ -223,21 +151,7 @@ class KafkaStreams:
     def state(self) -> str:
         """One of CREATED, REBALANCING, RUNNING, PENDING_SHUTDOWN, NOT_RUNNING,
         PENDING_ERROR, ERROR."""
-        return self._state
-
-    def _set_state(self, new: str) -> bool:
-        with self._lock:
-            old = self._state
-            if new == old or new not in _TRANSITIONS[old]:
-                return False
-            self._state = new
-        log.info("stream-client %s: state %s -> %s", self.config.application_id, old, new)
-        if self._state_listener is not None and new != old:
-            try:
-                self._state_listener(new, old)
-            except Exception:  # noqa: BLE001 - a listener must not break the client
-                log.exception("state listener failed")
-        return True
+        return self._states.state
 
     def set_state_listener(self, listener: Callable[[str, str], None]) -> None:
         """``listener(new_state, old_state)`` on every state change (Kafka's StateListener).
@@ -245,9 +159,9 @@ class KafkaStreams:
         Raises:
             StreamsException: if the client was already started.
         """
-        if self._state != "CREATED":
+        if self.state != "CREATED":
             raise StreamsException("set_state_listener must be called before start()")
-        self._state_listener = listener
+        self._states.listener = listener
 
     def set_uncaught_exception_handler(self, handler: Callable[[BaseException], str]) -> None:
         """``handler(exc)`` runs when a stream thread dies and answers one of
@@ -259,7 +173,7 @@ class KafkaStreams:
         Raises:
             StreamsException: if the client was already started.
         """
-        if self._state != "CREATED":
+        if self.state != "CREATED":
             raise StreamsException("set_uncaught_exception_handler must be called before start()")
         self._handler = handler
 
@@ -269,38 +183,26 @@ class KafkaStreams:
                              self.client_overrides, self._paused)
 
     def _thread_hooks(self) -> ThreadHooks:
-        return ThreadHooks(self._on_thread_state_change, self._on_thread_error, self._standby_claim,
-                           self._standby_release, self._standby_refresh)
+        """The threads' callbacks; the standby hand-over (see :mod:`.standby`) does nothing without standbys."""
+        sb = self._standby  # made before the threads, never replaced
+        if sb is None:
+            return ThreadHooks(self._on_thread_state_change, self._on_thread_error, lambda task_id: None,
+                               lambda task_id: None, lambda: None)
+        return ThreadHooks(self._on_thread_state_change, self._on_thread_error, sb.claim, sb.release, sb.request_refresh)
 
     def _on_thread_state_change(self, thread: StreamThread) -> None:
-        with self._lock:
-            if self._state not in ("REBALANCING", "RUNNING"):
-                return
-            alive = [t for t in self._threads if t.thread_state != "DEAD"]
-            running = bool(alive) and all(t.thread_state == "RUNNING" for t in alive)
-        self._set_state("RUNNING" if running else "REBALANCING")
+        self._states.threads_changed(lambda: [t.thread_state for t in self._threads])
 
     def _on_thread_error(self, thread: StreamThread | None, exc: BaseException) -> None:
         self.errors.append(exc)
         if thread is not None:
-            self._dead_metrics.append(thread.metrics)
-            self._commit_total_dead += thread.commit_total
-            self._poll_total_dead += thread.poll_total
-        if self._state in ("PENDING_SHUTDOWN", "NOT_RUNNING", "PENDING_ERROR", "ERROR"):
+            self._metrics.thread_died(thread)
+        if self.state in ("PENDING_SHUTDOWN", "NOT_RUNNING", "PENDING_ERROR", "ERROR"):
             return
-        action = "SHUTDOWN_CLIENT"
-        if self._handler is not None:
-            try:
-                answer = self._handler(exc)
-                action = str(getattr(answer, "name", answer)).upper().rsplit(".", 1)[-1]
-            except Exception:  # noqa: BLE001 - a failing handler means shut down
-                log.exception("uncaught exception handler failed: shutting down the client")
-            if action not in EXCEPTION_HANDLER_RESPONSES:
-                log.error("uncaught exception handler answered %r, not one of %s: shutting down the client", action, EXCEPTION_HANDLER_RESPONSES)
-                action = "SHUTDOWN_CLIENT"
+        action = handler_response(self._handler, exc)
         if action == "REPLACE_THREAD" and thread is not None:
             with self._lock:
-                if self._state in ("REBALANCING", "RUNNING"):
+                if self.state in ("REBALANCING", "RUNNING"):
                     new = StreamThread(self._thread_context(), thread.index, self._thread_hooks())
                     self._threads = [new if t is thread else t for t in self._threads]
                     new.start()
@@ -308,7 +210,7 @@ class KafkaStreams:
                     return
         if action == "SHUTDOWN_APPLICATION":
             log.error("SHUTDOWN_APPLICATION: stopping this instance (other instances are not notified)")
-        if self._set_state("PENDING_ERROR"):
+        if self._states.set("PENDING_ERROR"):
             threading.Thread(target=self._shutdown, args=(60.0, "ERROR"), name=f"{self.config.application_id}-shutdown", daemon=True).start()
 
     # ------------------------------------------------------------------ start / close
@@ -331,13 +233,13 @@ class KafkaStreams:
                 different partition counts (Kafka's CopartitionedTopicsEnforcer).
         """
         with self._lock:
-            if self._state != "CREATED":
-                raise StreamsException(f"KafkaStreams can only be started once (state {self._state})")
-            self._set_state("REBALANCING")
+            if self.state != "CREATED":
+                raise StreamsException(f"KafkaStreams can only be started once (state {self.state})")
+            self._states.set("REBALANCING")
         try:
             self._start()
         except BaseException:
-            self._set_state("PENDING_ERROR")
+            self._states.set("PENDING_ERROR")
             self._shutdown(30.0, "ERROR")
             raise
 
@@ -346,54 +248,17 @@ class KafkaStreams:
         self.state_directory.lock()
         self._gc_tuned = gc_tuning.acquire(cfg.python_gc_thresholds)
         self.process_id = self.state_directory.process_id()
-        self._started_at = time.monotonic()
-        timeouts = TaskTimeout.of(cfg)
-        admin = admin_client(cfg.bootstrap_servers, self.client_overrides("admin."))
-        md = retry_broker_call("metadata of the topology's topics (KafkaStreams.start)",
-                               lambda request_s: admin.list_topics(timeout=request_s), timeouts, hint="check the brokers")
-
-        def count(t: str) -> int | None:
-            meta = md.topics.get(t)
-            return len(meta.partitions) if meta is not None and meta.error is None and meta.partitions else None
-
-        internal = set(self.topology.internal_topics)
-        user_sources = {t for sub in self.topology.subtopologies() for t in sub.source_topics if t not in internal}
-        self.plan = plan_topology(self.topology, cfg.application_id, {t: count(t) for t in user_sources})
-        missing_globals = sorted(s.global_topic for s in self.topology.global_stores().values() if s.global_topic and count(s.global_topic) is None)
-        if missing_globals:
-            raise TopologyException(f"Missing global source topic(s) {missing_globals}: create them before starting the application")
-        sinks = {n.op.topic for n in self.topology.nodes.values() if isinstance(n.op, SinkOp) and n.op.topic and not n.op.repartition}
-        if cfg.dead_letter_queue_topic:
-            sinks.add(cfg.dead_letter_queue_topic)
-        missing_sinks = sorted(t for t in sinks if count(t) is None)
-        if missing_sinks:
-            raise StreamsException(f"Output topic(s) {missing_sinks} do not exist: create them before starting the application (Kafka Streams does not create them)")
-        # the sinks' partition counts now, as Kafka fetches the sink topics' metadata before
-        # processing: the first send after a broker restart needs no metadata request
-        # (topics named by a topic extractor are looked up on their first send)
-        for t in sinks:
-            self.partition_counts.set(t, count(t))  # type: ignore[arg-type]
-        try:
-            ensure_topics(cfg.bootstrap_servers, self.plan.topic_specs(cfg.replication_factor), timeouts=timeouts)
-        except TopicError as exc:
-            raise StreamsException(f"cannot create the internal topics: {exc}") from exc
-        for t, n in self.plan.partitions.items():
-            self.partition_counts.set(t, n)
-        for spec in self.plan.changelogs.values():
-            self.partition_counts.set(spec.name, spec.partitions)
-        self._seed_message_limits(admin, sinks | set(self.plan.repartition) | {s.name for s in self.plan.changelogs.values()},
-                                  timeouts)
+        self._metrics.started(self.process_id)
+        self.plan = setup_topics(self.topology, cfg, self.partition_counts)
         if self.topology.global_stores():
-            gconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-global-consumer")
-            gconf.update(self.client_overrides("consumer."))
+            gconf = client_configs.restore_consumer_config(cfg, f"{cfg.application_id}-{self.process_id}-global-consumer")
             self._global = GlobalStateUpdater(self.topology, cfg, self.state_directory, gconf, self._new_collector,
                                               lambda exc: self._on_thread_error(None, exc))
             self.global_stores = self._global.stores
             self._global.bootstrap()
             self._global.start()
         if cfg.num_standby_replicas > 0:
-            sconf = self.consumer_config(f"{cfg.application_id}-{self.process_id}-standby-consumer")
-            sconf.update(self.client_overrides("consumer."))
+            sconf = client_configs.restore_consumer_config(cfg, f"{cfg.application_id}-{self.process_id}-standby-consumer")
             self._standby = StandbyUpdater(self, sconf, lambda exc: self._on_thread_error(None, exc), self._admin_client, self._reset_admin)
         with self._lock:
             self._threads = [StreamThread(self._thread_context(), i + 1, self._thread_hooks()) for i in range(cfg.num_stream_threads)]
@@ -401,30 +266,6 @@ class KafkaStreams:
                 t.start()
         if self._standby is not None:
             self._standby.start()
-
-    def _seed_message_limits(self, admin: Any, topics: set[str], timeouts: TaskTimeout) -> None:
-        """Look up the ``max.message.bytes`` of the topics the stream threads write to (the
-        topology's sinks, the dead-letter topic, the internal topics): the record collectors
-        fail a record larger than that before producing it, so that it fails alone (the
-        broker rejects a whole batch and librdkafka, unlike Kafka's producer, does not
-        split it). Skipped when the producer compresses (the broker checks the compressed
-        batch) or the brokers refuse ``DescribeConfigs`` (the broker's check remains).
-
-        Raises:
-            TaskTimeoutException: the brokers did not answer within ``task.timeout.ms``.
-        """
-        producer = self.client_overrides("producer.")
-        if str(producer.get("compression.type", producer.get("compression.codec", "none"))).lower() != "none":
-            return
-        try:
-            limits = retry_broker_call("max.message.bytes of the output topics (KafkaStreams.start)",
-                                       lambda request_s: max_message_bytes(admin, topics, request_s), timeouts)
-        except TaskTimeoutException:
-            raise
-        except StreamsException as exc:
-            log.warning("%s: a record too large for its topic fails at the broker, with the records batched with it", exc)
-            return
-        self.partition_counts.set_max_message_bytes(limits)
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop gracefully: each thread commits, writes checkpoints and closes its stores;
@@ -438,20 +279,15 @@ class KafkaStreams:
         committed offset), as Kafka's ``commitSync`` is bounded by that key
         (``speed_layer.runtime.offset_commits``)."""
         with self._lock:
-            if self._state in ("NOT_RUNNING", "ERROR"):
+            if self.state in ("NOT_RUNNING", "ERROR"):
                 return True
-            if self._state in ("PENDING_SHUTDOWN", "PENDING_ERROR"):
+            if self.state in ("PENDING_SHUTDOWN", "PENDING_ERROR"):
                 pending = True
             else:
                 pending = False
-                self._set_state("PENDING_SHUTDOWN")
+                self._states.set("PENDING_SHUTDOWN")
         if pending:
-            deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while self._state not in ("NOT_RUNNING", "ERROR"):
-                if deadline is not None and time.monotonic() > deadline:
-                    return False
-                time.sleep(0.05)
-            return True
+            return self._states.wait_for(("NOT_RUNNING", "ERROR"), timeout_s)
         return self._shutdown(timeout_s, "NOT_RUNNING")
 
     def _shutdown(self, timeout_s: float | None, final: str) -> bool:
@@ -477,7 +313,7 @@ class KafkaStreams:
         if self._gc_tuned:
             self._gc_tuned = False
             gc_tuning.release()
-        self._set_state(final)
+        self._states.set(final)
         return ok
 
     def cleanup(self) -> None:
@@ -487,8 +323,8 @@ class KafkaStreams:
         Raises:
             StreamsException: if the client is running (only before start or after close).
         """
-        if self._state not in ("CREATED", "NOT_RUNNING", "ERROR"):
-            raise StreamsException(f"cannot clean up while the client is {self._state}: call close() first")
+        if self.state not in ("CREATED", "NOT_RUNNING", "ERROR"):
+            raise StreamsException(f"cannot clean up while the client is {self.state}: call close() first")
         self.state_directory.cleanup()
 
     # ------------------------------------------------------------------ queries
@@ -502,37 +338,12 @@ class KafkaStreams:
             InvalidStateStoreException: unknown store, or the client is not RUNNING or
                 REBALANCING (Kafka's ``validateIsRunningOrRebalancing``).
         """
-        if name not in self.topology.stores:
-            raise InvalidStateStoreException(f"Cannot get state store {name} because no such store is registered in the topology.")
-        self._validate_running()
-        return store_view(self.topology.stores[name].kind, name, self._queryable_stores)
-
-    def _queryable_stores(self, name: str) -> list[Any]:
-        """The store provider of the interactive-query views (Kafka's
-        ``QueryableStoreProvider``): the local instances of ``name`` while the client is
-        RUNNING or REBALANCING.
-
-        Raises:
-            InvalidStateStoreException: otherwise.
-        """
-        self._validate_running()
-        return self.local_stores(name)
-
-    def _validate_running(self) -> None:
-        if self._state not in ("RUNNING", "REBALANCING"):
-            raise InvalidStateStoreException(f"KafkaStreams is not running. State is {self._state}.")
+        self._metadata.known_store(name)
+        return self._queryable_stores.view(self.topology.stores[name].kind, name)
 
     def local_stores(self, name: str) -> list[Any]:
         """Open instances of store ``name`` in this client's tasks (global: the one store)."""
-        if name in self.global_stores:
-            return [self.global_stores[name]]
-        out = []
-        for th in list(self._threads):
-            for task in list(th.tasks.values()):
-                st = task.stores.get(name)
-                if st is not None and st.open:
-                    out.append(st)
-        return out
+        return self._queryable_stores.local_stores(name)
 
     def _admin_client(self) -> Any:
         if self._admin is None:
@@ -554,12 +365,7 @@ class KafkaStreams:
             StreamsException: the client is not RUNNING/REBALANCING, or the group cannot be
                 described (the message says why).
         """
-        self._validate_running_metadata()
-        try:
-            return group_streams_metadata(self._admin_client(), self.plan, self.global_stores)
-        except KafkaException as exc:
-            self._reset_admin()
-            raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
+        return self._metadata.all_metadata()
 
     def streams_metadata_for_store(self, store: str) -> list[StreamsMetadata]:
         """The instances hosting ``store`` (Kafka's ``streamsMetadataForStore``).
@@ -567,8 +373,7 @@ class KafkaStreams:
         Raises:
             InvalidStateStoreException: unknown store.
         """
-        self._known_store(store)
-        return [m for m in self.streams_metadata() if store in m.state_store_names]
+        return self._metadata.all_metadata_for_store(store)
 
     def query_metadata_for_key(self, store: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
         """The instance hosting ``key`` of ``store`` (Kafka's ``queryMetadataForKey``): the
@@ -581,59 +386,18 @@ class KafkaStreams:
         Raises:
             InvalidStateStoreException: unknown store, or a global store (every instance has it).
         """
-        self._known_store(store)
-        if store in self.global_stores:
-            raise InvalidStateStoreException(f"{store} is a global store: every instance hosts all of it")
-        if serializer is None:
-            serializer = self.topology.stores[store].key_serde or self.config.default_key_serde
-        key_bytes = serializer.serialize(key) if hasattr(serializer, "serialize") else serializer(key)
-        self._validate_running_metadata()
-        try:
-            members = describe_members(self._admin_client(), self.config.application_id)
-        except KafkaException as exc:
-            self._reset_admin()
-            raise StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}") from exc
-        metadata = group_streams_metadata(None, self.plan, self.global_stores, members=members)
-        standbys = standby_hosts_of(self.plan, members, self.config.num_standby_replicas)
-        return key_query_metadata(self.plan, metadata, store, key_bytes, standbys)
-
-    def _known_store(self, store: str) -> None:
-        if store not in self.topology.stores:
-            raise InvalidStateStoreException(f"Cannot get state store {store} because no such store is registered in the topology.")
-
-    def _validate_running_metadata(self) -> None:
-        if self._state not in ("RUNNING", "REBALANCING") or self.plan is None:
-            raise StreamsException(f"KafkaStreams is not running. State is {self._state}.")
+        return self._metadata.key_query_metadata(store, key, serializer)
 
     def standby_tasks(self) -> list[str]:
         """The ids of the standby tasks this instance keeps (``num.standby.replicas``; Kafka's
         ``ThreadMetadata#standbyTasks`` over all threads)."""
         return self._standby.standby_task_ids() if self._standby is not None else []
 
-    # -- called by the stream threads (standby handover, see .standby)
-    def _standby_claim(self, task_id: str) -> None:
-        if self._standby is not None:
-            self._standby.claim(task_id)
-
-    def _standby_release(self, task_id: str) -> None:
-        if self._standby is not None:
-            self._standby.release(task_id)
-
-    def _standby_refresh(self) -> None:
-        if self._standby is not None:
-            self._standby.request_refresh()
-
     def local_thread_metadata(self) -> list[dict[str, Any]]:
         """``[{"thread": name, "state": ..., "active_tasks": [task ids]}]``."""
         return [{"thread": t.name, "state": t.thread_state, "active_tasks": sorted(t.tasks)} for t in list(self._threads)]
 
     # ------------------------------------------------------------------ metrics
-    def _all_metrics(self) -> list[Any]:
-        ms = [t.metrics for t in list(self._threads)] + list(self._dead_metrics)
-        if self._global is not None:
-            ms.append(self._global.metrics)
-        return list({id(m): m for m in ms}.values())
-
     def metrics(self) -> dict[str, Any]:
         """Client-level metrics (Kafka's names): ``process-total``, ``process-rate``
         (records/s since start), ``dropped-records-total`` (of which
@@ -649,7 +413,7 @@ class KafkaStreams:
         ``threads``: per live stream thread (its name), Kafka's stream-thread-metrics
         ``thread-state``, ``process-total``, ``commit-total``, ``poll-total``,
         ``commit-latency-avg`` and ``commit-latency-max`` (ms, over the commits of the last
-        :data:`METRICS_WINDOW_S`; NaN without one, as Kafka), its main consumer's
+        :data:`.client_metrics.METRICS_WINDOW_S` s; NaN without one, as Kafka), its main consumer's
         ``client-id``, and ``tasks``, its own tasks' counters (``{task id: {counter:
         value}}``, the counters of ``tasks`` before the client sums them: ``process``,
         ``dropped-records``, ``dropped-records-late``, ``restored-records``, ``active-time-ns``:
@@ -660,50 +424,7 @@ class KafkaStreams:
         bytes), as the thread read them at most ``STATE_METRICS_INTERVAL_S`` (5 s) ago.
 
         No broker call: the consumers' lag is :meth:`records_lag`."""
-        totals: dict[str, int] = {}
-        tasks: dict[str, dict[str, int]] = {}
-        for m in self._all_metrics():
-            for (task, name), v in dict(m.counters).items():
-                totals[name] = totals.get(name, 0) + v
-                tasks.setdefault(task, {})[name] = tasks.setdefault(task, {}).get(name, 0) + v
-        elapsed = max(1e-9, time.monotonic() - self._started_at) if self._started_at else 0.0
-        process_total = totals.get("process", 0)
-        poll_total = sum(t.poll_total for t in list(self._threads)) + self._poll_total_dead
-        return {
-            "process-total": process_total,
-            "process-rate": process_total / elapsed if elapsed else 0.0,
-            "dropped-records-total": totals.get("dropped-records", 0),
-            "dropped-records-late-total": totals.get("dropped-records-late", 0),
-            "dead-lettered-total": totals.get("dead-lettered", 0),
-            "expired-window-record-drop-total": totals.get("expired-window-record-drop", 0),
-            "enforced-processing-total": totals.get("enforced-processing", 0),
-            "restore-total": totals.get("restored-records", 0),
-            "commit-total": sum(t.commit_total for t in list(self._threads)) + self._commit_total_dead,
-            "poll-total": poll_total,
-            "process-records-avg": process_total / poll_total if poll_total else 0.0,
-            "alive-stream-threads": sum(1 for t in list(self._threads) if t.is_alive()),
-            "tasks": tasks,
-            "threads": {t.name: self._thread_metrics(t) for t in list(self._threads)},
-        }
-
-    def _thread_metrics(self, t: StreamThread) -> dict[str, Any]:
-        """One entry of ``metrics()["threads"]``."""
-        since = time.monotonic() - METRICS_WINDOW_S
-        latencies = [ms for at, ms in list(t.commit_latencies) if at >= since]
-        tasks: dict[str, dict[str, int]] = {}
-        for (task, name), v in dict(t.metrics.counters).items():
-            tasks.setdefault(task, {})[name] = v
-        return {
-            "thread-state": t.thread_state,
-            "process-total": sum(c.get("process", 0) for c in tasks.values()),
-            "commit-total": t.commit_total,
-            "poll-total": t.poll_total,
-            "commit-latency-avg": sum(latencies) / len(latencies) if latencies else math.nan,
-            "commit-latency-max": max(latencies) if latencies else math.nan,
-            "client-id": f"{self.config.application_id}-{self.process_id}-StreamThread-{t.index}-consumer",
-            "tasks": tasks,
-            "stores": t.state_metrics,
-        }
+        return self._metrics.metrics()
 
     def records_lag(self, timeout_s: float = 5.0) -> dict[str, dict[tuple[str, int], int]]:
         """Kafka's consumer metric ``records-lag`` (consumer-fetch-manager-metrics) of each
@@ -726,42 +447,20 @@ class KafkaStreams:
             KafkaException: the brokers did not answer (``_TIMED_OUT`` after ``timeout_s``) or
                 answered with an error (the next call asks with a new admin client).
         """
-        positions: dict[str, dict[tuple[str, int], int]] = {}
-        for t in list(self._threads):
-            if t.consumer is None:  # not started, or closed
-                positions[t.name] = {}
-                continue
-            fetched, committed = t.readiness.fetched_next, t.committed
-            mine = {tp: max(fetched.get(tp, -1), committed.get(tp, -1)) for tp in list(t.tp_task)}
-            positions[t.name] = {tp: at for tp, at in mine.items() if at >= 0}
-        wanted = sorted({tp for mine in positions.values() for tp in mine})
-        if self._end_offsets is None:
-            self._end_offsets = ListOffsets(client_config(self.config.bootstrap_servers, {
-                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted",
-                **self.client_overrides("admin.")}))
-        ends = self._end_offsets.offsets(wanted, "latest", timeout_s)
-        return {name: {tp: max(0, ends[tp] - at) for tp, at in sorted(mine.items()) if tp in ends}
-                for name, mine in positions.items()}
+        return self._metrics.records_lag(timeout_s)
 
     def late_records(self) -> list[tuple[str, Any, int]]:
         """``(store, key, timestamp)`` of every record a windowed aggregation dropped as late
         (after window end + grace, or a closed session), sorted, each once: what the speed
         layer's views miss and the batch layer counts (``docs/contracts.md``). Keys that are
         not hashable are given as their ``repr``."""
-        out: set[tuple[str, Any, int]] = set()
-        for m in self._all_metrics():
-            out.update(set(m.late_records))
-        return sorted(out, key=lambda r: (r[0], repr(r[1]), r[2]))
+        return self._metrics.late_records()
 
     def late_windows(self) -> dict[str, set[tuple[Any, int]]]:
         """Per store, the ``(key, window_start)`` of windows that records dropped as late
         (after window end + grace) would have updated: the speed layer's values for them
         are incomplete."""
-        out: dict[str, set[tuple[Any, int]]] = {}
-        for m in self._all_metrics():
-            for store, windows in dict(m.late_windows).items():
-                out.setdefault(store, set()).update(set(windows))
-        return out
+        return self._metrics.late_windows()
 
     # ------------------------------------------------------------------ catching up
     def wait_until_caught_up(self, timeout_s: float = 60.0) -> bool:
@@ -786,8 +485,8 @@ class KafkaStreams:
         """
         if self.plan is None:
             return False
-        waiter = CatchUpWaiter(self.config, self.plan, lambda: self._state, lambda: list(self._threads), self._admin_client,
-                               self._reset_admin, self._logger())
+        waiter = CatchUpWaiter(self.config, self.plan, lambda: self.state, lambda: list(self._threads), self._admin_client,
+                               self._reset_admin, CLIENT_LOGGER)
         return waiter.wait(timeout_s)
 
     def __enter__(self) -> "KafkaStreams":
@@ -797,4 +496,4 @@ class KafkaStreams:
         self.close()
 
     def __repr__(self) -> str:
-        return f"KafkaStreams(application.id={self.config.application_id!r}, state={self._state})"
+        return f"KafkaStreams(application.id={self.config.application_id!r}, state={self.state})"

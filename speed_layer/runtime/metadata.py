@@ -12,19 +12,28 @@ A task ``<sub-topology>_<partition>`` reads partition ``p`` of each source topic
 sub-topology, so the owner of a key of store ``s`` is the member assigned partition
 ``partition_for_key(key bytes, n)`` of the sub-topology of ``s`` (the default partitioner,
 murmur2, as Kafka's ``DefaultStreamPartitioner``).
+
+:class:`StreamsMetadataState` answers a client's metadata queries from the group
+(Kafka's ``StreamsMetadataState``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
+
+from confluent_kafka import KafkaException
+
+from ..errors import InvalidStateStoreException, StreamsException
 
 if TYPE_CHECKING:
+    from ..config import StreamsConfig
+    from ..topology import Topology
     from .internal_topics import TopologyPlan
 
 __all__ = ["HostInfo", "StreamsMetadata", "KeyQueryMetadata", "SERVER_SEPARATOR", "GroupMember", "describe_members",
-           "group_streams_metadata", "key_query_metadata", "standby_assignment", "standby_hosts_of"]
+           "group_streams_metadata", "key_query_metadata", "standby_assignment", "standby_hosts_of", "StreamsMetadataState"]
 
 #: Between the client id and ``application.server`` in a stream thread consumer's ``client.id``.
 SERVER_SEPARATOR = "@"
@@ -231,3 +240,95 @@ def standby_hosts_of(plan: TopologyPlan, members: list[GroupMember], num_standby
     hosts = {m.process_id: m.host for m in members if m.host is not None}
     return {tid: frozenset(hosts[p] for p in procs if p in hosts)
             for tid, procs in standby_assignment(plan, members, num_standby_replicas).items()}
+
+
+class StreamsMetadataState:
+    """Which instance of a client's application hosts which store and key (Kafka's
+    ``StreamsMetadataState``), read from the consumer group at each call (the group
+    coordinator's current assignment, see the module docstring).
+
+    Args:
+        config: the client's config.
+        topology: the client's topology.
+        state: the client's state (``KafkaStreams.state``).
+        plan: the client's topology plan, None before it starts.
+        global_stores: the client's global stores, by name.
+        admin: the client's admin client; ``reset_admin`` drops it after a failed request.
+    """
+
+    def __init__(self, config: StreamsConfig, topology: Topology, state: Callable[[], str],
+                 plan: Callable[[], TopologyPlan | None], global_stores: Callable[[], Mapping[str, Any]],
+                 admin: Callable[[], Any], reset_admin: Callable[[], None]) -> None:
+        self.config, self.topology = config, topology
+        self._state, self._plan, self._global_stores = state, plan, global_stores
+        self._admin, self._reset_admin = admin, reset_admin
+
+    def known_store(self, store: str) -> None:
+        """Check that ``store`` is a store of the topology.
+
+        Raises:
+            InvalidStateStoreException: it is not.
+        """
+        if store not in self.topology.stores:
+            raise InvalidStateStoreException(f"Cannot get state store {store} because no such store is registered in the topology.")
+
+    def _running_plan(self) -> TopologyPlan:
+        """The plan of the running client (Kafka's ``validateIsRunningOrRebalancing``).
+
+        Raises:
+            StreamsException: the client is not RUNNING or REBALANCING.
+        """
+        state, plan = self._state(), self._plan()
+        if state not in ("RUNNING", "REBALANCING") or plan is None:
+            raise StreamsException(f"KafkaStreams is not running. State is {state}.")
+        return plan
+
+    def _group_error(self, exc: KafkaException) -> StreamsException:
+        self._reset_admin()
+        return StreamsException(f"cannot describe consumer group {self.config.application_id!r}: {exc}")
+
+    def all_metadata(self) -> list[StreamsMetadata]:
+        """``KafkaStreams.streams_metadata()``.
+
+        Raises:
+            StreamsException: the client is not RUNNING/REBALANCING, or the group cannot be
+                described (the message says why).
+        """
+        plan = self._running_plan()
+        try:
+            return group_streams_metadata(self._admin(), plan, self._global_stores())
+        except KafkaException as exc:
+            raise self._group_error(exc) from exc
+
+    def all_metadata_for_store(self, store: str) -> list[StreamsMetadata]:
+        """``KafkaStreams.streams_metadata_for_store(store)``.
+
+        Raises:
+            InvalidStateStoreException: unknown store.
+            StreamsException: as :meth:`all_metadata`.
+        """
+        self.known_store(store)
+        return [m for m in self.all_metadata() if store in m.state_store_names]
+
+    def key_query_metadata(self, store: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
+        """``KafkaStreams.query_metadata_for_key(store, key, serializer)``.
+
+        Raises:
+            InvalidStateStoreException: unknown store, or a global store.
+            StreamsException: as :meth:`all_metadata`.
+        """
+        self.known_store(store)
+        global_stores = self._global_stores()
+        if store in global_stores:
+            raise InvalidStateStoreException(f"{store} is a global store: every instance hosts all of it")
+        if serializer is None:
+            serializer = self.topology.stores[store].key_serde or self.config.default_key_serde
+        key_bytes = serializer.serialize(key) if hasattr(serializer, "serialize") else serializer(key)
+        plan = self._running_plan()
+        try:
+            members = describe_members(self._admin(), self.config.application_id)
+        except KafkaException as exc:
+            raise self._group_error(exc) from exc
+        metadata = group_streams_metadata(None, plan, global_stores, members=members)
+        standbys = standby_hosts_of(plan, members, self.config.num_standby_replicas)
+        return key_query_metadata(plan, metadata, store, key_bytes, standbys)

@@ -1,10 +1,12 @@
 """Interactive queries: read-only views of a state store over the instances a store
 provider returns (Kafka's ``QueryableStoreTypes`` and ``CompositeReadOnly*Store`` over a
 ``StateStoreProvider``). ``KafkaStreams.store(name)`` returns one over the store's
-instances in the client's local tasks. Times are ms."""
+instances in the client's local tasks, given by its :class:`QueryableStoreProvider`. Times
+are ms."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 from ..errors import InvalidStateStoreException
@@ -12,7 +14,7 @@ from ..windows import Window, Windowed
 from .stores import MAX_TIMESTAMP
 
 __all__ = ["ReadOnlyStoreView", "ReadOnlyKeyValueView", "ReadOnlyWindowView", "ReadOnlySessionView",
-           "ReadOnlyVersionedView", "StoreProvider", "store_view"]
+           "ReadOnlyVersionedView", "StoreProvider", "store_view", "QueryableStoreProvider"]
 
 #: ``provider(name)``: the open instances of store ``name`` to read (Kafka's
 #: ``StateStoreProvider#stores``); raises InvalidStateStoreException when they cannot be read
@@ -130,3 +132,62 @@ def store_view(kind: str, name: str, provider: StoreProvider) -> ReadOnlyStoreVi
     if kind == "versioned":
         return ReadOnlyVersionedView(provider, name)
     return ReadOnlyKeyValueView(provider, name)
+
+
+class QueryableStoreProvider:
+    """The store provider of a streams client's interactive-query views (Kafka's
+    ``QueryableStoreProvider`` over a ``StreamThreadStateStoreProvider`` per stream thread
+    and the ``GlobalStateStoreProvider``): called with a store name, the open instances of
+    that store in the client's local tasks (a global store: the one instance), while the
+    client is RUNNING or REBALANCING.
+
+    Args:
+        state: the client's state (``KafkaStreams.state``).
+        global_stores: the client's global stores, by name.
+        tasks: the client's local active tasks (each with ``stores``: name -> store).
+    """
+
+    def __init__(self, state: Callable[[], str], global_stores: Callable[[], Mapping[str, Any]],
+                 tasks: Callable[[], Iterable[Any]]) -> None:
+        self._state, self._global_stores, self._tasks = state, global_stores, tasks
+
+    def validate_running(self) -> None:
+        """Kafka's ``validateIsRunningOrRebalancing`` for stores.
+
+        Raises:
+            InvalidStateStoreException: the client is not RUNNING or REBALANCING.
+        """
+        state = self._state()
+        if state not in ("RUNNING", "REBALANCING"):
+            raise InvalidStateStoreException(f"KafkaStreams is not running. State is {state}.")
+
+    def local_stores(self, name: str) -> list[Any]:
+        """The open instances of store ``name`` in the local tasks (global: the one store),
+        whatever the client's state."""
+        global_stores = self._global_stores()
+        if name in global_stores:
+            return [global_stores[name]]
+        out = []
+        for task in self._tasks():
+            st = task.stores.get(name)
+            if st is not None and st.open:
+                out.append(st)
+        return out
+
+    def __call__(self, name: str) -> list[Any]:
+        """:meth:`local_stores` of ``name`` (a :data:`StoreProvider`).
+
+        Raises:
+            InvalidStateStoreException: the client is not RUNNING or REBALANCING.
+        """
+        self.validate_running()
+        return self.local_stores(name)
+
+    def view(self, kind: str, name: str) -> ReadOnlyStoreView:
+        """The read-only view of store ``name`` of ``kind`` over this provider (see :func:`store_view`).
+
+        Raises:
+            InvalidStateStoreException: the client is not RUNNING or REBALANCING.
+        """
+        self.validate_running()
+        return store_view(kind, name, self)
