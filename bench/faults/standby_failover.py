@@ -106,10 +106,10 @@ def run(bootstrap: str, records: int, standby_replicas: int, work_dir: Path, tim
         report.moved_tasks = len(moved)
         if standby_replicas:
             # the standbys applied the changelogs and checkpointed (commit.interval.ms)
-            _wait(lambda: sum(b._standby.updates.get(t, 0) for t in moved) >= 0.99 * records * len(moved) / PARTITIONS
+            _wait(lambda: sum(b.metrics()["tasks"].get(t, {}).get("update-total", 0) for t in moved) >= 0.99 * records * len(moved) / PARTITIONS
                   - 1000, timeout_s, "the standbys did not catch up")
             time.sleep(0.5)
-            report.standby_updates = sum(b._standby.updates.get(t, 0) for t in moved)
+            report.standby_updates = sum(b.metrics()["tasks"].get(t, {}).get("update-total", 0) for t in moved)
         before = b.metrics()["restore-total"]
         t0 = time.monotonic()
         a.close(60)

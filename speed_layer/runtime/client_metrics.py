@@ -35,12 +35,17 @@ class ClientMetrics:
         config: the client's config.
         threads: the client's current stream threads.
         global_metrics: the global stream thread's counters, None without global stores.
+        standby_updates: task id -> the changelog records applied to this instance's
+            standby of the task since the client started (KIP-869's task-level
+            ``update-total``, in ``metrics()["tasks"]``).
     """
 
     def __init__(self, config: StreamsConfig, threads: Callable[[], list[StreamThread]],
-                 global_metrics: Callable[[], Metrics | None]) -> None:
+                 global_metrics: Callable[[], Metrics | None],
+                 standby_updates: Callable[[], dict[str, int]] = dict) -> None:
         self.config = config
         self._threads, self._global_metrics = threads, global_metrics
+        self._standby_updates = standby_updates
         self._process_id = ""
         self._started_at = 0.0  # time.monotonic() at start, s; 0: not started
         self._dead: list[Metrics] = []
@@ -75,6 +80,8 @@ class ClientMetrics:
             for (task, name), v in dict(m.counters).items():
                 totals[name] = totals.get(name, 0) + v
                 tasks.setdefault(task, {})[name] = tasks.setdefault(task, {}).get(name, 0) + v
+        for task, n in dict(self._standby_updates()).items():
+            tasks.setdefault(task, {})["update-total"] = n
         elapsed = max(1e-9, time.monotonic() - self._started_at) if self._started_at else 0.0
         process_total = totals.get("process", 0)
         threads = self._threads()

@@ -100,7 +100,8 @@ class KafkaStreams:
         self.errors: list[BaseException] = []
         self._admin: Any = None
         self._metrics = ClientMetrics(cfg, lambda: list(self._threads),
-                                      lambda: self._global.metrics if self._global is not None else None)
+                                      lambda: self._global.metrics if self._global is not None else None,
+                                      lambda: self._standby.updates if self._standby is not None else {})
         #: the store provider of the interactive-query views (Kafka's QueryableStoreProvider)
         self._queryable_stores = QueryableStoreProvider(
             lambda: self.state, lambda: self.global_stores,
@@ -408,7 +409,7 @@ class KafkaStreams:
         replayed into stores), ``alive-stream-threads``, ``poll-total`` (iterations of the
         stream threads' loops) and ``process-records-avg`` (records processed per
         iteration, as Kafka's thread metric), and
-        ``tasks``: ``{task id: {metric: value}}``.
+        ``tasks``: ``{task id: {metric: value}}`` (standby tasks: KIP-869's ``update-total``).
 
         ``threads``: per live stream thread (its name), Kafka's stream-thread-metrics
         ``thread-state``, ``process-total``, ``commit-total``, ``poll-total``,

@@ -100,8 +100,8 @@ def test_failover_to_a_warm_standby_restores_only_the_tail(runtime_kit: Any) -> 
         assert s.wait_until_caught_up(60)
     # the standbys catch up with the changelogs (updates applied >= what the actives wrote)
     deadline = time.monotonic() + 30
-    while sum(b._standby.updates.get(x, 0) for x in ta) < len({f"k{i % 23}" for i in range(n)}) // 4:
-        assert time.monotonic() < deadline, b._standby.updates
+    while sum(b.metrics()["tasks"].get(x, {}).get("update-total", 0) for x in ta) < len({f"k{i % 23}" for i in range(n)}) // 4:
+        assert time.monotonic() < deadline, b.metrics()["tasks"]
         time.sleep(0.1)
     time.sleep(0.5)  # a standby checkpoint (commit.interval.ms 100)
     before = b.metrics()["restore-total"]
@@ -115,7 +115,7 @@ def test_failover_to_a_warm_standby_restores_only_the_tail(runtime_kit: Any) -> 
     assert dict(b.store("sums").all()) == expected(t["events"], n)
     restored_with_standby = b.metrics()["restore-total"] - before
     assert b.standby_tasks() == []  # alone: nowhere else to put one
-    changelog_records = sum(b._standby.updates.get(x, 0) for x in ta)
+    changelog_records = sum(b.metrics()["tasks"].get(x, {}).get("update-total", 0) for x in ta)
     assert restored_with_standby < changelog_records, (restored_with_standby, changelog_records)
 
     # without a standby, the same move restores every changelog record of the moved tasks
