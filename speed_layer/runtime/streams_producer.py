@@ -93,7 +93,7 @@ class StreamsProducer:
         name: the thread's name, for the logs.
         config: the streams config (``exactly_once``, ``task.timeout.ms``, the production
             exception handler and the dead-letter queue topic).
-        producer_config: the producer config of a client id (called with ``client_id=``).
+        producer_config: client id -> the producer config.
         client_id: the producer's ``client.id``.
         transactional_id: its ``transactional.id`` under exactly-once (ignored otherwise).
         partition_counts: topic -> partitions, of the topics it writes.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..errors import StreamsException
+from .admin import admin_client
 from .offset_commits import COORDINATOR_ERRORS, REBALANCE_ERRORS, InFlightCommit, OffsetCommits, describe_offsets
 from .streams_producer import StreamsProducer, is_hung
 from .task_executor import ACTIVE_TIME_NS
@@ -332,9 +333,5 @@ class TaskCommitter:
 
     def _admin_client(self) -> Any:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            conf = {"bootstrap.servers": self.config.bootstrap_servers, "logger": logging.getLogger("speed_layer.kafka")}
-            conf.update(self._client_overrides("admin."))
-            self._admin = AdminClient(conf)
+            self._admin = admin_client(self.config.bootstrap_servers, self._client_overrides("admin."))
         return self._admin
