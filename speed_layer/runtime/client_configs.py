@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import StreamsConfig
 from ..errors import ConfigException, TopologyException
-from .admin import CLIENT_LOGGER, client_config
+from .admin import client_config
 from .metadata import SERVER_SEPARATOR
+from .streams_producer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from ..topology import Topology
@@ -77,8 +78,7 @@ def consumer_config(config: StreamsConfig, client_id: str) -> dict[str, Any]:
     other instances, see :mod:`.metadata`)."""
     if config.application_server:
         client_id = f"{client_id}{SERVER_SEPARATOR}{config.application_server}"
-    return {
-        "bootstrap.servers": config.bootstrap_servers,
+    return client_config(config.bootstrap_servers, {
         "client.id": client_id,
         "session.timeout.ms": config.session_timeout_ms,
         "heartbeat.interval.ms": max(100, min(3000, config.session_timeout_ms // 3)),
@@ -94,8 +94,7 @@ def consumer_config(config: StreamsConfig, client_id: str) -> dict[str, Any]:
         "fetch.queue.backoff.ms": 10,
         "auto.offset.reset": config.auto_offset_reset,
         **_retry_backoff(config),
-        "logger": CLIENT_LOGGER,
-    }
+    })
 
 
 def restore_consumer_config(config: StreamsConfig, client_id: str) -> dict[str, Any]:
@@ -108,20 +107,18 @@ def producer_config(config: StreamsConfig, client_id: str) -> dict[str, Any]:
     """A producer's config: idempotent, ``acks=all``, ``linger.ms`` 5, murmur2 partitioning
     (Kafka's default partitioner), ``transaction.timeout.ms`` 10000 under exactly-once (Kafka
     Streams' default), ``request.timeout.ms`` when set; the ``producer.`` overrides win."""
-    conf: dict[str, Any] = {
-        "bootstrap.servers": config.bootstrap_servers,
+    conf = client_config(config.bootstrap_servers, {
         "client.id": client_id,
         "partitioner": "murmur2_random",
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
         **_retry_backoff(config),
-        "logger": CLIENT_LOGGER,
-    }
+    })
     if config.request_timeout_ms is not None:
         conf["request.timeout.ms"] = config.request_timeout_ms
     if config.exactly_once:
-        conf["transaction.timeout.ms"] = 10_000  # Kafka Streams' default under EOS
+        conf["transaction.timeout.ms"] = DEFAULT_TRANSACTION_TIMEOUT_MS  # Kafka Streams' default under EOS
     conf.update(client_overrides(config, "producer."))
     return conf
 
