@@ -27,6 +27,9 @@ Environment (each also an argument of :func:`get_spark`):
   the driver binds to (default ``127.0.0.1``: right for ``local`` masters and a cluster on
   this machine; a cluster on other machines needs an address they can reach).
 - ``DUET_SPARK_DRIVER_MEMORY``: driver heap (default ``1g``).
+- ``DUET_SPARK_JAVA_OPTIONS``: more driver JVM options (:func:`driver_java_options`).
+- ``DUET_SPARK_CDS``: ``0`` starts the driver without the class-data-sharing archive
+  ``make setup`` builds (:mod:`batch_layer.spark_cds`).
 
 Other Spark settings (``spark.executor.memory``, ``spark.hadoop.fs.s3a.*``,
 ``spark.jars.packages``...) go in the ``conf`` argument of :func:`get_spark`, or in
@@ -43,7 +46,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from batch_layer.errors import BatchLayerError
 
@@ -55,6 +58,7 @@ __all__ = [
     "SparkConfigError",
     "default_delta_jars_dir",
     "delta_jars",
+    "driver_java_options",
     "get_spark",
     "is_connect",
     "resolve_master",
@@ -71,6 +75,7 @@ REMOTE_ENV = "SPARK_REMOTE"
 JARS_ENV = "DUET_DELTA_JARS"
 DRIVER_HOST_ENV = "DUET_SPARK_DRIVER_HOST"
 DRIVER_MEMORY_ENV = "DUET_SPARK_DRIVER_MEMORY"
+JAVA_OPTIONS_ENV = "DUET_SPARK_JAVA_OPTIONS"
 
 #: The master URL forms :func:`resolve_master` accepts (shown in its errors).
 MASTER_FORMS = (
@@ -296,28 +301,88 @@ def _classic_session(
     # Keep the JVM off the network name service and quiet before log4j is reconfigured.
     os.environ.setdefault("SPARK_LOCAL_IP", host)
 
+    settings = {
+        "spark.app.name": app_name,
+        "spark.master": master,
+        "spark.jars": ",".join(jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.host": host,
+        "spark.driver.bindAddress": host,
+        "spark.driver.memory": driver_memory or os.environ.get(DRIVER_MEMORY_ENV, "1g"),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.databricks.delta.snapshotPartitions": "2",
+        **_SQL_CONF,
+        **extra,
+        "spark.driver.extraJavaOptions": driver_java_options(extra.get("spark.driver.extraJavaOptions")),
+    }
+    _launch_gateway(settings)
+
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.jars", ",".join(jars))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.driver.host", host)
-        .config("spark.driver.bindAddress", host)
-        .config("spark.driver.memory", driver_memory or os.environ.get(DRIVER_MEMORY_ENV, "1g"))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j2_config()}")
-    )
-    for key, value in {**_SQL_CONF, **extra}.items():
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def driver_java_options(user: str | None = None) -> str:
+    """The Spark driver JVM's options (``spark.driver.extraJavaOptions``), in this order, a
+    later option winning over an earlier one as the JVM reads them: duet's log4j2 file, the
+    class-data-sharing archive when there is one (:mod:`batch_layer.spark_cds`),
+    ``$DUET_SPARK_JAVA_OPTIONS``, then ``user`` (a ``spark.driver.extraJavaOptions`` given in
+    ``conf``). In ``local`` masters the executors run in this JVM, so the options are theirs too.
+
+    E.g. ``DUET_SPARK_JAVA_OPTIONS=-XX:TieredStopAtLevel=1`` (C1 only) takes a cold JVM's small
+    job from 69 to 38-42 s of CPU on 2 cores, but makes a warm full-year batch 1.29x slower
+    (docs/batch-executors.md): the test suite sets it, the main job does not.
+    """
+    from batch_layer.spark_cds import java_options as cds_options
+
+    parts = [f"-Dlog4j2.configurationFile=file:{_log4j2_config()}", cds_options(),
+             os.environ.get(JAVA_OPTIONS_ENV, "").strip(), (user or "").strip()]
+    return " ".join(p for p in parts if p)
+
+
+def _launch_gateway(settings: Mapping[str, str]) -> None:
+    """Start the Spark driver JVM (pyspark's ``launch_gateway``, with ``settings`` as its
+    ``--conf``s) with its stderr relayed to this process' stderr by a daemon thread, unless
+    a JVM is already running for this process.
+
+    The JVM writes to a pipe this process reads instead of to the terminal: whatever the JVM
+    prints after this process has ended (e.g. the errors of a SparkContext still starting
+    when Ctrl-C ends ``duet run``, and Spark's shutdown hooks then delete its files) goes
+    nowhere, as the JVM's own output should once its driver is gone.
+    """
+    from subprocess import PIPE
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # type: ignore[attr-defined]
+        return
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": PIPE})
+    if gateway.proc is not None:  # None: pyspark attached to a JVM given by $PYSPARK_GATEWAY_PORT
+        threading.Thread(target=_relay, args=(gateway.proc.stderr,), name="spark-jvm-stderr",
+                         daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)  # type: ignore[attr-defined]
+
+
+def _relay(stream: IO[bytes]) -> None:
+    """Copy the JVM's stderr to this process' stderr (file descriptor 2, as the JVM wrote
+    before) line by line until the JVM closes it; if fd 2 is gone, keep reading and drop,
+    so that the JVM never blocks on a full pipe."""
+    for line in iter(stream.readline, b""):
+        try:
+            os.write(2, line)
+        except OSError:
+            pass  # our stderr is closed: the line has nowhere to go, and the JVM must not block
 
 
 def _connect_session(app_name: str, url: str, conf: Mapping[str, str] | None) -> SparkSession:
