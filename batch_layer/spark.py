@@ -28,7 +28,7 @@ Environment (each also an argument of :func:`get_spark`):
   this machine; a cluster on other machines needs an address they can reach).
 - ``DUET_SPARK_DRIVER_MEMORY``: driver heap (default ``1g``).
 - ``DUET_SPARK_JAVA_OPTIONS``: more driver JVM options (:func:`driver_java_options`).
-- ``DUET_SPARK_CDS``: ``0`` starts the driver without the class-data-sharing archive
+- ``DUET_CDS``: ``0`` starts the driver without the class-data-sharing archive
   ``make setup`` builds (:mod:`batch_layer.spark_cds`).
 
 Other Spark settings (``spark.executor.memory``, ``spark.hadoop.fs.s3a.*``,

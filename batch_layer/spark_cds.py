@@ -1,53 +1,27 @@
-"""A class-data-sharing archive of Spark's classes, so a cold Spark JVM starts faster.
+"""The class-data-sharing archive of Spark's driver JVM (:mod:`speed_layer.runtime.jvm_cds`).
 
-A Spark driver JVM loads and verifies about 20,000 classes before its first job. HotSpot's
-dynamic class-data sharing (JEP 350, JDK 13+: ``-XX:ArchiveClassesAtExit`` to write,
-``-XX:SharedArchiveFile`` to map) keeps them parsed and verified in a file that later JVMs
-map read-only. Measured on a 2-core machine (a session start, a 200,000-row Delta write, a
-read and a group-by, then stop; two runs each): 38-41 s wall and 69 s of CPU without the
-archive, 25-27 s and 45-49 s with it.
+Measured on a 2-core machine (a session start, a 200,000-row Delta write, a read and a
+group-by, then stop; two runs each): 37-41 s wall and 66-69 s of CPU without the archive,
+25-26 s and 45-47 s with it.
 
-``make setup`` builds the archive (``python -m batch_layer.spark_cds``: a small job over
-every kind of work the batch layer does, ~80 s, once); :func:`batch_layer.spark.get_spark`
-maps it when it matches. An archive is only valid for the JVM and the class path that wrote
-it: the file's name carries a digest of both (the ``java`` that ``spark-submit`` runs and
-the name, size and modification time of every jar in ``$SPARK_HOME/jars``), so after a
-JDK or PySpark upgrade no archive matches and Spark starts as before, until the next
-``make setup``. A JVM that rejects an archive anyway starts without it, silently
-(``-Xshare:auto``, CDS logging off).
-
-Environment:
-
-- ``DUET_SPARK_CDS``: ``0`` never maps an archive (default: map it when it matches).
+``make setup`` writes it (``python -m batch_layer.spark_cds``: a small job over every kind
+of work the batch layer does, ~2 min, once); :func:`batch_layer.spark.driver_java_options`
+maps it when it matches the ``java`` that ``spark-submit`` runs and ``$SPARK_HOME/jars``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["CDS_ENV", "archive_path", "build_archive", "java_options"]
+from speed_layer.runtime.jvm_cds import CDS_ENV, QUIET_OPTIONS, archive_path, map_options, replace_archive, resolve_java
+
+__all__ = ["build_archive", "java_options", "spark_archive"]
 
 log = logging.getLogger(__name__)
-
-CDS_ENV = "DUET_SPARK_CDS"
-#: HotSpot's options that keep a rejected or mismatched archive silent (it then starts without).
-_QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
-
-
-def _java() -> Path | None:
-    """The ``java`` that Spark's ``spark-class`` runs: ``$JAVA_HOME/bin/java``, else ``java``
-    on ``PATH``; symlinks resolved."""
-    home = os.environ.get("JAVA_HOME", "").strip()
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not found or not Path(found).exists():
-        return None
-    return Path(found).resolve()
 
 
 def _spark_jars() -> Path:
@@ -56,40 +30,21 @@ def _spark_jars() -> Path:
     return Path(_find_spark_home()) / "jars"
 
 
-def _digest(java: Path, jars: Path) -> str:
-    h = hashlib.sha256()
-    st = java.stat()
-    h.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    for jar in sorted(jars.glob("*.jar")):
-        st = jar.stat()
-        h.update(f"{jar.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
-
-
-def archive_path(duet_home: str | Path | None = None) -> Path | None:
-    """Where the archive for this machine's ``java`` and PySpark lives:
-    ``<duet_home>/cds/spark-<digest>.jsa`` (default ``$DUET_HOME``, else ``<repo>/.duet``);
-    None when no ``java`` is found."""
-    java = _java()
-    if java is None:
-        return None
-    home = Path(duet_home or os.environ.get("DUET_HOME") or Path(__file__).resolve().parent.parent / ".duet")
-    return home / "cds" / f"spark-{_digest(java, _spark_jars())}.jsa"
+def spark_archive() -> Path | None:
+    """Where the archive for this machine's ``java`` (``$JAVA_HOME/bin/java``, else ``java``
+    on ``PATH``) and PySpark's jars lives; None when no ``java`` is found."""
+    java = resolve_java()
+    return archive_path("spark", java, _spark_jars().glob("*.jar")) if java else None
 
 
 def java_options() -> str:
-    """The driver JVM options mapping the archive, or ``""`` when there is none for this
-    ``java`` and PySpark, or ``$DUET_SPARK_CDS`` is ``0``."""
-    if os.environ.get(CDS_ENV, "").strip() == "0":
-        return ""
+    """The driver JVM options mapping the archive, or ``""`` (no archive for this ``java`` and
+    PySpark, or ``$DUET_CDS`` is ``0``)."""
     try:
-        path = archive_path()
+        return " ".join(map_options(spark_archive()))
     except OSError as exc:  # a jar vanished while listed: start without the archive
         log.info("no class-data-sharing archive: %s", exc)
         return ""
-    if path is None or not path.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={path} {_QUIET}"
 
 
 def _workload(spark: object, folder: Path) -> None:
@@ -118,43 +73,39 @@ def _workload(spark: object, folder: Path) -> None:
     t.unpersist()
 
 
-def build_archive(duet_home: str | Path | None = None, timeout_s: float = 600) -> Path:
-    """Write the archive for this machine's ``java`` and PySpark (see :func:`archive_path`),
-    replacing an older one of the same digest; archives of other digests are removed.
+def build_archive(timeout_s: float = 600) -> Path:
+    """Write the archive for this machine's ``java`` and PySpark (see :func:`spark_archive`),
+    replacing the Spark archives of other digests.
 
     Runs :func:`_workload` in a Spark driver started with ``-XX:ArchiveClassesAtExit``, then
-    ends that JVM and waits for it to write the file (~80 s in all on 2 cores).
+    ends that JVM and waits for it to write the file (~2 min in all on 2 cores).
 
     Raises:
-        BatchLayerError: no ``java`` found, or the JVM wrote no archive (its exit code in the
-            message).
+        BatchLayerError: no ``java`` found.
+        FileNotFoundError: the JVM wrote no archive.
         TimeoutError: the JVM had not ended ``timeout_s`` seconds after the job.
     """
     from batch_layer.errors import BatchLayerError
     from batch_layer.spark import get_spark, stop_spark
 
-    path = archive_path(duet_home)
+    path = spark_archive()
     if path is None:
         raise BatchLayerError("no java found ($JAVA_HOME/bin/java, or java on PATH): cannot build the CDS archive")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     os.environ[CDS_ENV] = "0"  # this JVM writes the archive: it must not map an older one
-    spark = get_spark("duet-cds-archive", conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={tmp} {_QUIET}"})
+    spark = get_spark("duet-cds-archive",
+                      conf={"spark.driver.extraJavaOptions": " ".join([f"-XX:ArchiveClassesAtExit={tmp}", *QUIET_OPTIONS])})
     proc = spark.sparkContext._gateway.proc  # type: ignore[attr-defined]  # pyspark's Popen of the JVM
     with tempfile.TemporaryDirectory(prefix="duet-cds-") as folder:
         _workload(spark, Path(folder))
     stop_spark()
-    proc.stdin.close()  # the gateway exits on end of input (PythonGatewayServer), and dumps then
+    proc.stdin.close()  # the gateway exits on end of input (PythonGatewayServer), and writes the archive then
     try:
-        code = proc.wait(timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
     except Exception as exc:
         raise TimeoutError(f"the Spark JVM writing {tmp} has not ended in {timeout_s} s") from exc
-    if not tmp.is_file():
-        raise BatchLayerError(f"the Spark JVM wrote no CDS archive (exit code {code})")
-    tmp.replace(path)
-    for old in path.parent.glob("spark-*.jsa"):
-        if old != path:
-            old.unlink()
+    replace_archive(tmp, path)
     return path
 
 

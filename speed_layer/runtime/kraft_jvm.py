@@ -2,9 +2,9 @@
 
 ``make setup`` copies Apache Kafka 4.1.1's jars into ``<duet_home>/jars/kafka`` with Maven
 (``jvm/kafka/pom.xml``); :func:`kafka_classpath` checks they and ``java`` are there.
-:func:`jvm_command` is the command line of every Kafka JVM duet starts (C1 JIT only, G1, a
-heap cap), :func:`storage_format` runs ``kafka.tools.StorageTool format`` and
-:func:`launch_jvm` starts a long-lived JVM (``kafka.Kafka``) that the kernel stops when this
+:func:`jvm_command` is the command line of every Kafka JVM duet starts (its class-data-sharing
+archive, C1 JIT only, G1, a heap cap), :func:`storage_format` runs
+``kafka.tools.StorageTool format`` and :func:`launch_jvm` starts a long-lived JVM (``kafka.Kafka``) that the kernel stops when this
 process dies, even by SIGKILL.
 
 Kafka's own test harness runs its nodes in the test's JVM (``KafkaClusterTestKit`` builds
@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from speed_layer.runtime.kraft_cds import java_options
 from speed_layer.runtime.kraft_errors import BrokerStartError, KafkaJarsMissingError
 
 __all__ = ["BOOTSTRAP_ENV", "kafka_classpath", "jvm_command", "storage_format", "launch_jvm"]
@@ -55,9 +56,12 @@ def kafka_classpath(jars_dir: Path, java: str) -> str:
 
 
 def jvm_command(java: str, classpath: str, log4j: Path, heap: str) -> list[str]:
-    """``java`` and its options, up to the main class: ``heap`` is ``-Xmx`` (e.g. ``512m``)."""
+    """``java`` and its options, up to the main class: ``heap`` is ``-Xmx`` (e.g. ``512m``);
+    the class-data-sharing archive and ``$DUET_KAFKA_JAVA_OPTIONS`` first
+    (:func:`speed_layer.runtime.kraft_cds.java_options`)."""
     return [
         java,
+        *java_options(java, Path(classpath).parent),
         f"-Xmx{heap}",
         # C1 only: the C2 JIT spent 7-8 s of CPU compiling during a fresh broker's first
         # flagship run (23.8 s of the broker's 0.07 ms per flight; the stream thread is
