@@ -69,8 +69,8 @@ $(DELTA_STAMP): jvm/delta/pom.xml
 # change; an archive that no longer matches the JVM or the jars is ignored
 # (speed_layer/runtime/jvm_cds.py). A failed build warns and leaves the JVMs without it.
 $(CDS_STAMP): $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP)
-	$(VENV)/bin/python -m speed_layer.runtime.kraft_cds || echo "WARNING: no CDS archive for the Kafka broker: it starts without one"
-	$(VENV)/bin/python -m batch_layer.spark_cds || echo "WARNING: no CDS archive for Spark: its driver starts without one"
+	$(VENV)/bin/python -m speed_layer.runtime.kraft_cds_build || echo "WARNING: no CDS archive for the Kafka broker: it starts without one"
+	$(VENV)/bin/python -m batch_layer.spark_cds_build || echo "WARNING: no CDS archive for Spark: its driver starts without one"
 	@mkdir -p $(dir $@) && touch $@
 
 $(BROWSER_STAMP):

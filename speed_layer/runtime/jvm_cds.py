@@ -5,7 +5,8 @@ A JVM spends much of its start loading, parsing and verifying classes (about 20,
 Spark driver, 8,000 for a Kafka broker). HotSpot's dynamic class-data sharing (JEP 350, JDK
 13+: ``-XX:ArchiveClassesAtExit`` writes the classes a run loaded, ``-XX:SharedArchiveFile``
 maps them read-only) keeps them ready in a file. ``make setup`` writes one archive per kind
-(:mod:`speed_layer.runtime.kraft_cds`, :mod:`batch_layer.spark_cds`); the JVMs map them.
+(:mod:`speed_layer.runtime.kraft_cds_build`, :mod:`batch_layer.spark_cds_build`); the JVMs map them
+(:mod:`speed_layer.runtime.kraft_cds`, :mod:`batch_layer.spark_cds`).
 
 An archive is valid only for the ``java`` and the class path that wrote it: its name
 carries a digest of the ``java`` binary and of every jar (name, size, modification time),

@@ -58,7 +58,7 @@ def test_the_session_jvm_maps_the_archive_of_make_setup(spark) -> None:
     ``/proc/<pid>/maps``), not merely named on its command line."""
     archive = spark_cds.spark_archive()
     if archive is None or not archive.is_file():
-        pytest.fail(f"no class-data-sharing archive at {archive}: `make setup` builds it (python -m batch_layer.spark_cds)")
+        pytest.fail(f"no class-data-sharing archive at {archive}: `make setup` builds it (python -m batch_layer.spark_cds_build)")
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     pid = jvm.java.lang.ProcessHandle.current().pid()
     maps = Path(f"/proc/{pid}/maps").read_text()

@@ -95,7 +95,7 @@ def test_the_broker_jvm_maps_the_archive_of_make_setup() -> None:
     archive = kraft_cds.kafka_archive()
     if archive is None or not archive.is_file():
         pytest.fail(f"no class-data-sharing archive at {archive}: `make setup` builds it "
-                    "(python -m speed_layer.runtime.kraft_cds)")
+                    "(python -m speed_layer.runtime.kraft_cds_build)")
     with EmbeddedKafka() as kafka:
         assert kafka.pid is not None
         assert str(archive) in Path(f"/proc/{kafka.pid}/maps").read_text()
