@@ -376,13 +376,16 @@ def _launch_gateway(settings: Mapping[str, str]) -> None:
 
 def _relay(stream: IO[bytes]) -> None:
     """Copy the JVM's stderr to this process' stderr (file descriptor 2, as the JVM wrote
-    before) line by line until the JVM closes it; if fd 2 is gone, keep reading and drop,
-    so that the JVM never blocks on a full pipe."""
-    for line in iter(stream.readline, b""):
-        try:
+    before) line by line until the JVM closes it. Once fd 2 fails (closed), the rest is read
+    and dropped, so that the JVM never blocks on a full pipe; the failure is logged once."""
+    lines = iter(stream.readline, b"")
+    try:
+        for line in lines:
             os.write(2, line)
-        except OSError:
-            pass  # our stderr is closed: the line has nowhere to go, and the JVM must not block
+    except OSError as exc:
+        log.debug("the Spark JVM's stderr is dropped from now on: this process' stderr failed: %s", exc)
+        for _ in lines:  # drain: a JVM writing to a full pipe would block
+            continue
 
 
 def _connect_session(app_name: str, url: str, conf: Mapping[str, str] | None) -> SparkSession:

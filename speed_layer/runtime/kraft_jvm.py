@@ -4,8 +4,8 @@
 (``jvm/kafka/pom.xml``); :func:`kafka_classpath` checks they and ``java`` are there.
 :func:`jvm_command` is the command line of every Kafka JVM duet starts (its class-data-sharing
 archive, C1 JIT only, G1, a heap cap), :func:`storage_format` runs
-``kafka.tools.StorageTool format`` and :func:`launch_jvm` starts a long-lived JVM (``kafka.Kafka``) that the kernel stops when this
-process dies, even by SIGKILL.
+``kafka.tools.StorageTool format`` and :func:`launch_jvm` starts a long-lived JVM
+(``kafka.Kafka``) that the kernel stops when this process dies, even by SIGKILL.
 
 Kafka's own test harness runs its nodes in the test's JVM (``KafkaClusterTestKit`` builds
 ``ControllerServer``/``BrokerServer`` objects); duet runs each node in a child JVM, so this

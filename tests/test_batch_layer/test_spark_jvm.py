@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -76,3 +78,19 @@ def test_the_jvm_stderr_reaches_this_process_stderr(spark, capfd: pytest.Capture
         time.sleep(0.1)
         seen += capfd.readouterr().err
     assert marker in seen
+
+
+def test_the_relay_drains_the_jvm_stderr_once_its_own_stderr_is_closed() -> None:
+    """A driver process whose stderr is closed still reads the JVM's lines to the end (a JVM
+    writing to a full pipe would block), and logs the failure once instead of per line."""
+    import sys
+
+    code = ("import io, logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.DEBUG)\n"
+            "from batch_layer.spark import _relay\n"
+            "stream = io.BytesIO(b'jvm line\\n' * 100000)\n"
+            "_relay(stream); print('drained', stream.tell() == 900000)\n")
+    res = subprocess.run([sys.executable, "-c", code], stderr=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, text=True, timeout=120, check=False,
+                         preexec_fn=lambda: os.close(2))
+    assert res.returncode == 0, res.stdout
+    assert res.stdout.count("stderr is dropped from now on") == 1 and res.stdout.rstrip().endswith("drained True")
