@@ -11,14 +11,11 @@ maps it when it matches the ``java`` that ``spark-submit`` runs and ``$SPARK_HOM
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
-from speed_layer.runtime.jvm_cds import archive_path, map_options, resolve_java
+from speed_layer.runtime.jvm_cds import archive_options, archive_path, resolve_java
 
 __all__ = ["java_options", "spark_archive"]
-
-log = logging.getLogger(__name__)
 
 
 def _spark_jars() -> Path:
@@ -37,8 +34,4 @@ def spark_archive() -> Path | None:
 def java_options() -> str:
     """The driver JVM options mapping the archive, or ``""`` (no archive for this ``java`` and
     PySpark, or ``$DUET_CDS`` is ``0``)."""
-    try:
-        return " ".join(map_options(spark_archive()))
-    except OSError as exc:  # a jar vanished while listed: start without the archive
-        log.info("no class-data-sharing archive: %s", exc)
-        return ""
+    return " ".join(archive_options(spark_archive))

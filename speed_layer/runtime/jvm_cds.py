@@ -22,14 +22,18 @@ Environment:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from speed_layer.runtime.paths import duet_home
 
-__all__ = ["CDS_ENV", "QUIET_OPTIONS", "archive_path", "map_options", "replace_archive", "resolve_java"]
+__all__ = ["CDS_ENV", "QUIET_OPTIONS", "archive_options", "archive_path", "map_options", "replace_archive",
+           "resolve_java"]
+
+log = logging.getLogger(__name__)
 
 CDS_ENV = "DUET_CDS"
 #: HotSpot options that keep a refused archive silent (the JVM then starts without it), and
@@ -68,6 +72,17 @@ def map_options(archive: Path | None) -> list[str]:
     if archive is None or os.environ.get(CDS_ENV, "").strip() == "0" or not archive.is_file():
         return []
     return [f"-XX:SharedArchiveFile={archive}", *QUIET_OPTIONS]
+
+
+def archive_options(archive: Callable[[], Path | None]) -> list[str]:
+    """:func:`map_options` of the archive ``archive()`` names (``None``: no ``java``); none
+    when a jar cannot be read while the name is computed (logged at INFO): the JVM then
+    starts without an archive."""
+    try:
+        return map_options(archive())
+    except OSError as exc:  # a jar vanished while listed
+        log.info("no class-data-sharing archive: %s", exc)
+        return []
 
 
 def replace_archive(written: Path, archive: Path) -> None:

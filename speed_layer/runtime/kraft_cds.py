@@ -14,16 +14,14 @@ Kafka jars.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
-from speed_layer.runtime.jvm_cds import archive_path, map_options, resolve_java
+from speed_layer.runtime.jvm_cds import archive_options, archive_path, resolve_java
 from speed_layer.runtime.paths import kafka_jars_dir
 
 __all__ = ["JAVA_OPTIONS_ENV", "java_options", "kafka_archive"]
 
-log = logging.getLogger(__name__)
 #: JVM options given to every Kafka JVM duet starts (how the build writes the archive).
 JAVA_OPTIONS_ENV = "DUET_KAFKA_JAVA_OPTIONS"
 
@@ -38,9 +36,5 @@ def kafka_archive(java: str = "java", jars_dir: Path | None = None) -> Path | No
 def java_options(java: str, jars_dir: Path) -> list[str]:
     """The options of a Kafka JVM: the archive's when there is one for ``java`` and
     ``jars_dir`` (and ``$DUET_CDS`` is not ``0``), then ``$DUET_KAFKA_JAVA_OPTIONS``."""
-    try:
-        options = map_options(kafka_archive(java, jars_dir))
-    except OSError as exc:  # a jar vanished while listed: start without the archive
-        log.info("no class-data-sharing archive: %s", exc)
-        options = []
+    options = archive_options(lambda: kafka_archive(java, jars_dir))
     return [*options, *os.environ.get(JAVA_OPTIONS_ENV, "").split()]
