@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from batch_layer.spark_cds import spark_archive
-from speed_layer.runtime.jvm_cds import CDS_ENV, QUIET_OPTIONS, replace_archive
+from speed_layer.runtime.jvm_cds import CDS_ENV, QUIET_OPTIONS, replace_archive, scoped_environment
 
 __all__ = ["build_archive"]
 
@@ -47,7 +48,8 @@ def build_archive(timeout_s: float = 600) -> Path:
     replacing the Spark archives of other digests.
 
     Runs :func:`_workload` in a Spark driver started with ``-XX:ArchiveClassesAtExit``, then
-    ends that JVM and waits for it to write the file (~2 min in all on 2 cores).
+    ends that JVM and waits for it to write the file (~2 min in all on 2 cores). This
+    process' environment is left as it was.
 
     Raises:
         BatchLayerError: no ``java`` found.
@@ -62,9 +64,9 @@ def build_archive(timeout_s: float = 600) -> Path:
         raise BatchLayerError("no java found ($JAVA_HOME/bin/java, or java on PATH): cannot build the CDS archive")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-    os.environ[CDS_ENV] = "0"  # this JVM writes the archive: it must not map an older one
-    spark = get_spark("duet-cds-archive",
-                      conf={"spark.driver.extraJavaOptions": " ".join([f"-XX:ArchiveClassesAtExit={tmp}", *QUIET_OPTIONS])})
+    with scoped_environment({CDS_ENV: "0"}):  # this JVM writes the archive: it must not map an older one
+        spark = get_spark("duet-cds-archive",
+                          conf={"spark.driver.extraJavaOptions": " ".join([f"-XX:ArchiveClassesAtExit={tmp}", *QUIET_OPTIONS])})
     proc = spark.sparkContext._gateway.proc  # type: ignore[attr-defined]  # pyspark's Popen of the JVM
     with tempfile.TemporaryDirectory(prefix="duet-cds-") as folder:
         _workload(spark, Path(folder))
@@ -72,7 +74,7 @@ def build_archive(timeout_s: float = 600) -> Path:
     proc.stdin.close()  # the gateway exits on end of input (PythonGatewayServer), and writes the archive then
     try:
         proc.wait(timeout=timeout_s)
-    except Exception as exc:
+    except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"the Spark JVM writing {tmp} has not ended in {timeout_s} s") from exc
     replace_archive(tmp, path)
     return path

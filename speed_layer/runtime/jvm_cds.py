@@ -25,13 +25,14 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from speed_layer.runtime.paths import duet_home
 
 __all__ = ["CDS_ENV", "QUIET_OPTIONS", "archive_options", "archive_path", "map_options", "replace_archive",
-           "resolve_java"]
+           "resolve_java", "scoped_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,22 @@ def archive_options(archive: Callable[[], Path | None]) -> list[str]:
     except OSError as exc:  # a jar vanished while listed
         log.info("no class-data-sharing archive: %s", exc)
         return []
+
+
+@contextmanager
+def scoped_environment(variables: dict[str, str]) -> Iterator[None]:
+    """Set ``variables`` in ``os.environ`` for the block (the JVMs started in it inherit
+    them), then restore each one's earlier value or absence, also when the block raises."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def replace_archive(written: Path, archive: Path) -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from speed_layer.runtime.jvm_cds import CDS_ENV, QUIET_OPTIONS, replace_archive
+from speed_layer.runtime.jvm_cds import CDS_ENV, QUIET_OPTIONS, replace_archive, scoped_environment
 from speed_layer.runtime.kraft_cds import JAVA_OPTIONS_ENV, kafka_archive
 from speed_layer.runtime.kraft_errors import BrokerStartError
 
@@ -47,7 +47,8 @@ def _workload(bootstrap: str) -> None:
 def build_archive() -> Path:
     """Write the Kafka broker's archive (see :func:`kafka_archive`), replacing the Kafka
     archives of other digests: a broker started with ``-XX:ArchiveClassesAtExit`` serves
-    :func:`_workload`, then stops and writes the file.
+    :func:`_workload`, then stops and writes the file. This process' environment is left
+    as it was.
 
     Raises:
         KafkaJarsMissingError, BrokerStartError: the broker cannot start (no jars, no java).
@@ -60,10 +61,10 @@ def build_archive() -> Path:
         raise BrokerStartError("`java` not found: cannot build the Kafka CDS archive")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-    os.environ[CDS_ENV] = "0"  # the JVMs writing the archive must not map an older one
-    os.environ[JAVA_OPTIONS_ENV] = " ".join([f"-XX:ArchiveClassesAtExit={tmp}", *QUIET_OPTIONS])
-    with EmbeddedKafka() as kafka:  # its storage format tool writes tmp first; the broker at its stop
-        _workload(kafka.bootstrap_servers)
+    writing = {CDS_ENV: "0",  # the JVMs writing the archive must not map an older one
+               JAVA_OPTIONS_ENV: " ".join([f"-XX:ArchiveClassesAtExit={tmp}", *QUIET_OPTIONS])}
+    with scoped_environment(writing), EmbeddedKafka() as kafka:
+        _workload(kafka.bootstrap_servers)  # the storage format tool wrote tmp first; the broker rewrites it at its stop
     replace_archive(tmp, path)
     return path
 

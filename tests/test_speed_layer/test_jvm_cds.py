@@ -75,6 +75,20 @@ def test_replacing_an_archive_removes_the_stale_ones_of_its_kind(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kafka-new.jsa", "spark-old.jsa"]
 
 
+def test_the_archive_builds_set_their_jvm_environment_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds (``*_cds_build.build_archive``) set ``DUET_CDS=0`` and the JVM options
+    for the JVMs they start; the process' environment is as before afterwards, also
+    when the block raises."""
+    monkeypatch.setenv("DUET_CDS", "1")
+    monkeypatch.delenv("DUET_KAFKA_JAVA_OPTIONS", raising=False)
+    with pytest.raises(RuntimeError):
+        with jvm_cds.scoped_environment({"DUET_CDS": "0", "DUET_KAFKA_JAVA_OPTIONS": "-Xint"}):
+            assert (os.environ["DUET_CDS"], os.environ["DUET_KAFKA_JAVA_OPTIONS"]) == ("0", "-Xint")
+            raise RuntimeError("the JVM failed")
+    assert os.environ["DUET_CDS"] == "1"
+    assert "DUET_KAFKA_JAVA_OPTIONS" not in os.environ
+
+
 def test_kafka_jvms_map_the_archive_then_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(jvm_cds.CDS_ENV, raising=False)
     monkeypatch.setenv(kraft_cds.JAVA_OPTIONS_ENV, "-Dmine=1")
