@@ -99,7 +99,7 @@ def ingest_topic(
     """
     from confluent_kafka import Consumer
 
-    from speed_layer.admin import client_config
+    from speed_layer.admin import reader_config
 
     if max_records is not None and max_records < 0:
         raise ValueError("max_records must be >= 0")
@@ -110,7 +110,7 @@ def ingest_topic(
     path = raw_table_path(lake, topic)
     t0 = time.monotonic()
     consumer = Consumer(
-        client_config(bootstrap, {
+        reader_config(bootstrap, {
             "group.id": f"duet-ingest-{topic}",  # required by the client; never joined nor committed
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

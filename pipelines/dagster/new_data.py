@@ -170,9 +170,9 @@ def read_kafka_range(bootstrap: str, topic: str, plan: Mapping[int, tuple[int, i
 
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from speed_layer.admin import client_config
+    from speed_layer.admin import reader_config
 
-    consumer = Consumer(client_config(bootstrap, {
+    consumer = Consumer(reader_config(bootstrap, {
         "group.id": f"duet-new-data-{topic}",  # required by the client; never joined nor committed
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

@@ -81,10 +81,10 @@ def read_view_topic(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-    from speed_layer.admin import client_config
+    from speed_layer.admin import reader_config
 
     deadline = time.monotonic() + timeout_s
-    conf = client_config(bootstrap, {
+    conf = reader_config(bootstrap, {
         "group.id": f"duet-serving-reader-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

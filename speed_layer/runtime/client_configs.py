@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import StreamsConfig
 from ..errors import ConfigException, TopologyException
-from .admin import client_config
+from .admin import FETCH_QUEUE_BACKOFF_MS, client_config
 from .metadata import SERVER_SEPARATOR
 from .streams_producer import DEFAULT_TRANSACTION_TIMEOUT_MS
 
@@ -86,12 +86,12 @@ def consumer_config(config: StreamsConfig, client_id: str) -> dict[str, Any]:
         # an empty fetch answers after this long: it bounds how soon a caught-up
         # partition is known to be caught up (end-of-partition), on which tasks wait
         "fetch.wait.max.ms": 20,
-        # librdkafka postpones the next fetch of a partition by this long (default 1 s)
-        # after its local queue was over its thresholds, e.g. when the partition was
-        # paused (buffered.records.per.partition reached) and resumed: the stream thread
-        # then waited in poll for that partition's next records most of the time (the
-        # Java consumer fetches a resumed partition at once)
-        "fetch.queue.backoff.ms": 10,
+        # librdkafka postpones the next fetch of a partition by fetch.queue.backoff.ms
+        # (default 1 s) after its local queue was over its thresholds, e.g. when the
+        # partition was paused (buffered.records.per.partition reached) and resumed: the
+        # stream thread then waited in poll for that partition's next records most of the
+        # time (the Java consumer fetches a resumed partition at once)
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         "auto.offset.reset": config.auto_offset_reset,
         **_retry_backoff(config),
     })
