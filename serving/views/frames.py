@@ -67,7 +67,8 @@ def normalize_view_frame(df: pd.DataFrame | None, with_source: bool = False) -> 
         else:
             raise ValueError(f"view frame lacks column {col!r} (has {list(df.columns)})")
     out["key"] = out["key"].astype("object").where(out["key"].notna(), None)
-    out["key"] = out["key"].map(lambda k: k if k is None or isinstance(k, str) else str(k))
+    if pd.api.types.infer_dtype(out["key"], skipna=True) not in ("string", "empty"):
+        out["key"] = out["key"].map(lambda k: k if k is None or isinstance(k, str) else str(k))
     out["window_start"] = pd.to_numeric(out["window_start"]).astype("Int64")
     out["window_end"] = pd.to_numeric(out["window_end"]).astype("Int64")
     out["value"] = out["value"].astype("object").where(out["value"].notna(), None)
@@ -87,8 +88,7 @@ def to_arrow(df: pd.DataFrame, with_source: bool = True) -> pa.Table:
     for field in schema:
         col = df[field.name]
         if field.type == pa.int64():
-            arrays.append(pa.array(col.astype("Int64").to_numpy(dtype="object", na_value=None),
-                                   type=pa.int64()))
+            arrays.append(pa.array(col.astype("Int64"), type=pa.int64()))  # nulls kept (pandas' __arrow_array__)
         else:
             arrays.append(pa.array(col.to_list(), type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -206,8 +206,10 @@ def values_equal(a: Any, b: Any, rel_tol: float = _REL_TOL) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _nullable_int(v: Any) -> int | None:
-    return None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else int(v)
+def _nullable_ints(column: pd.Series) -> list[int | None]:
+    """The integers of an integer (or integral float) column as Python ints, None for a
+    missing value."""
+    return pd.array(column, dtype="Int64").to_numpy(dtype=object, na_value=None).tolist()
 
 
 def agreement(
@@ -263,10 +265,10 @@ def agreement(
     # presence markers: timestamp is never null in a real row
     has_b_col = joined["timestamp_b"].notna().tolist()
     has_s_col = joined["timestamp_s"].notna().tolist()
-    starts = [_nullable_int(v) for v in joined["window_start"].tolist()]
+    starts = _nullable_ints(joined["window_start"])
     if spec.windowed:
-        ends_b = [_nullable_int(v) for v in joined["window_end_b"].tolist()]
-        ends_s = [_nullable_int(v) for v in joined["window_end_s"].tolist()]
+        ends_b = _nullable_ints(joined["window_end_b"])
+        ends_s = _nullable_ints(joined["window_end_s"])
     else:
         ends_b = ends_s = [None] * len(joined)
     compared = equal = 0
