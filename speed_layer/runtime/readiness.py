@@ -10,7 +10,9 @@ The rules, all times in ms unless named ``_s``:
 * **KIP-695 per task.** An empty input partition holds its task back while data may be on
   the broker: no end-of-partition seen since its last record (at most
   ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once it is caught up (0: not at
-  all; -1: never wait).
+  all; -1: never wait), counted from the first time it is seen empty at its end until it
+  buffers a record again, as Kafka's ``idlePartitionDeadlines``: a partition that stays
+  empty (a table's, read to its end) is waited for once, not after every record.
 * **Repartition round trips (at-least-once).** A task is also held back while a record
   this thread sent to one of its empty repartition partitions, with a timestamp ``<=`` its
   head, is on its way back; or while a sibling partition (the same repartition topic,
@@ -51,7 +53,6 @@ WATCHDOG_LOG_EVERY_S = 60.0
 RULE_UNKNOWN_LAG = "an empty partition whose end was not seen"
 RULE_ON_ITS_WAY = "a record on its way back to an empty repartition partition"
 RULE_SIBLING = "an older record of a sibling repartition partition"
-RULE_IDLE = "max.task.idle.ms"
 
 
 class BufferedTask(Protocol):
@@ -116,6 +117,10 @@ class Readiness:
         self._siblings: dict[str, list[TP]] = {}
         self._feeds_itself: dict[str, bool] = {}
         self._idle_since: dict[str, float] = {}
+        #: ``max.task.idle.ms`` deadline (monotonic s) per caught-up empty partition: set the
+        #: first time it is seen so, dropped once it buffers a record (Kafka's
+        #: ``idlePartitionDeadlines``): a partition that stays empty is waited for once
+        self._idle_deadlines: dict[TP, float] = {}
         self._thread_wait_since: float | None = None
         self._thread_enforced = False
         #: the count of enforced processings per task (Kafka's ``enforced-processing`` metric)
@@ -144,13 +149,15 @@ class Readiness:
         self._idle_since.pop(task_id, None)
         self._feeds_itself.pop(task_id, None)
         for tp in tps:
+            self._idle_deadlines.pop(tp, None)
             self.eof.pop(tp, None)
             self.fetched_next.pop(tp, None)
             self.tracked.discard(tp)
         self._siblings.clear()
 
     def processed(self, task_id: str) -> None:
-        """The task processed a record: its idle time starts again."""
+        """The task processed a record: its wait for data (lag > 0) starts again. The
+        ``max.task.idle.ms`` deadlines are the partitions' own (see :meth:`ready`)."""
         self._idle_since.pop(task_id, None)
 
     # -- the rules
@@ -165,11 +172,15 @@ class Readiness:
         head: int | None = None
         #: the rule and partition holding the task, a wait for data first (the watchdog's)
         why: tuple[str, TP] | None = None
+        deadlines = self._idle_deadlines
+        idle_wait = enforced_idle = False
         for tp in self.task_tps[task.task_id]:
             if task.buffered_in(*tp) > 0:
+                deadlines.pop(tp, None)
                 continue
             if not self.eof.get(tp):
-                if why is None or why[0] == RULE_IDLE:
+                deadlines.pop(tp, None)
+                if why is None:
                     why = (RULE_UNKNOWN_LAG, tp)
                 wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                 continue
@@ -178,24 +189,34 @@ class Readiness:
                 if pending is not None:
                     head = task.head_timestamp() if head is None else head
                     if pending <= head:
-                        if why is None or why[0] == RULE_IDLE:
+                        deadlines.pop(tp, None)
+                        if why is None:
                             why = (RULE_ON_ITS_WAY, tp)
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
-            if idle > 0 and why is None:
-                why = (RULE_IDLE, tp)
-            wait_s = max(wait_s, idle / 1000)
+            if idle > 0:
+                # caught up: wait until the partition's own deadline, set the first time it
+                # was seen empty at its end and kept until it buffers a record again
+                deadline = deadlines.setdefault(tp, now + idle / 1000)
+                if now < deadline:
+                    idle_wait = True
+                else:
+                    enforced_idle = True
+        if wait_s == 0 and idle_wait:
+            return False
         if wait_s == 0 and not self.exactly_once:
             sibling = self._sibling_pending(task)
             if sibling is not None:
                 wait_s, why = UNKNOWN_LAG_WAIT_S, (RULE_SIBLING, sibling)
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)
+            if enforced_idle:
+                self.on_enforced(task.task_id)
             return True
         since = self._idle_since.setdefault(task.task_id, now)
         if now - since >= wait_s:
             self.on_enforced(task.task_id)
-            if why is not None and why[0] != RULE_IDLE:
+            if why is not None:
                 self._enforced(f"task {task.task_id}", why, now - since)
             return True
         return False

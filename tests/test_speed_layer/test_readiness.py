@@ -110,6 +110,27 @@ def test_max_task_idle_ms_waits_that_long_for_an_empty_partition_at_its_end() ->
     assert kit.r.ready(task, 12.0)
 
 
+def test_a_partition_that_stays_empty_is_waited_for_once_not_after_every_record() -> None:
+    # Kafka: shouldIdleAsSpecifiedWhenLagIsZero (readyToProcess false at 0, true at 1 and
+    # again at 2: the deadline is the partition's, kept while it stays empty), and
+    # PartitionGroup#readyToProcess dropping the deadline once the partition buffers a record
+    task = FakeTask("0_0", {(SRC, 0): [5, 6, 7], ("table", 0): []})
+    kit = Kit([task], idle_ms=1_000)
+    kit.at_end((SRC, 0), ("table", 0))
+    assert not kit.r.ready(task, 10.0)
+    assert kit.r.ready(task, 11.0)  # the deadline passed: enforced processing
+    assert kit.enforced == ["0_0"]
+    task.queues[(SRC, 0)].popleft()
+    kit.r.processed("0_0")
+    assert kit.r.ready(task, 11.001)  # still empty, still past its deadline: no second wait
+    assert kit.enforced == ["0_0", "0_0"]  # each processing past a deadline counts (Kafka's sensor)
+    task.queues[("table", 0)].append(1)  # the partition buffers a record: its deadline is dropped
+    assert kit.r.ready(task, 12.0)
+    task.queues[("table", 0)].popleft()
+    assert not kit.r.ready(task, 13.0)  # empty again at its end: a new wait
+    assert kit.r.ready(task, 14.0)
+
+
 def test_max_task_idle_minus_1_never_waits() -> None:
     # Kafka: shouldNeverWaitIfIdlingIsDisabled
     task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
