@@ -63,6 +63,13 @@ DLQ_PARTITIONS = 1
 #: runs 1.16x faster (115.8 s -> 99.9 s, the same 12,610 late drops); a record waits up
 #: to 100 ms more, which only a live stream would notice (the replay keeps 5 ms)
 BACKLOG_LINGER_MS = 100
+#: ``max.task.idle.ms`` of the instances of a speed phase on a backlog with more than one
+#: (unless the pipeline's config sets it): a stage's tasks wait, up to this long per
+#: partition, for a sibling repartition partition that another instance feeds and that is
+#: empty at its end (:mod:`speed_layer.runtime.readiness`), so the stage does not drift
+#: apart in event time when it reads near the head of the other instance's output
+#: (docs/instances.md). Its batches come every ``BACKLOG_LINGER_MS`` at most.
+INSTANCES_TASK_IDLE_MS = 1000
 
 
 def resolve_lake(lake: str | Path | None, default: Path | None = None) -> Path:
@@ -324,6 +331,8 @@ def run_speed(
     extra: dict[str, Any] | None = dict(LIVE_REPLAY_CONFIG) if feed is not None else None
     if feed is None and not follow:
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
+        if instances > 1 and "max.task.idle.ms" not in pipeline.streams_config:
+            extra["max.task.idle.ms"] = INSTANCES_TASK_IDLE_MS
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog", instances=instances)
     counts = input_record_count(bootstrap, pipeline.input_topics)
     streamed = [s.topic for s in pipeline.sources if s.kind == "stream"]

@@ -27,6 +27,11 @@ The rules, all times in ms unless named ``_s``:
   for the sibling, which may itself wait for the task's head (a late record re-keyed into
   a repartition topic held two tasks of a backlog in turn, ``UNKNOWN_LAG_WAIT_S`` per run
   of records: issue 25's flights with null keys never caught up).
+* **Siblings from another process.** With ``max.task.idle.ms`` > 0, a task also waits, up
+  to that partition's deadline, while a sibling partition is empty at its end: its next
+  record may come from another process (an instance running the stage upstream) and be
+  older than the task's head. duet's extension of KIP-695 to the tasks of one repartition
+  topic, for instances that run different stages of one application on a backlog.
 * **The thread.** No task processes while an assigned partition has nothing buffered or
   held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
   keeps its tasks at the same event time. A paused partition is no exception (its buffer
@@ -208,6 +213,8 @@ class Readiness:
             sibling = self._sibling_pending(task)
             if sibling is not None:
                 wait_s, why = UNKNOWN_LAG_WAIT_S, (RULE_SIBLING, sibling)
+        if wait_s == 0 and idle > 0 and self._sibling_idle(task, now):
+            return False
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)
             if enforced_idle:
@@ -311,6 +318,21 @@ class Readiness:
             topics = {tp[0] for tp in own if tp in self.tracked}
             siblings = self._siblings[task.task_id] = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
         return siblings
+
+    def _sibling_idle(self, task: BufferedTask, now: float) -> bool:
+        """Whether a sibling partition of the task (see :meth:`_sibling_tps`) that is empty
+        at its end is still within its ``max.task.idle.ms`` deadline (the same per-partition
+        deadline as the task's own partitions'): its next record, written by another
+        process, may be older than the task's head. A sibling whose end was not seen is the
+        thread's wait (:meth:`thread_ready`)."""
+        deadlines = self._idle_deadlines
+        waiting = False
+        for tp in self._sibling_tps(task):
+            if self.tp_task[tp].buffered_in(*tp) > 0:
+                deadlines.pop(tp, None)
+            elif self.eof.get(tp) and now < deadlines.setdefault(tp, now + self.max_task_idle_ms / 1000):
+                waiting = True
+        return waiting
 
     def _sibling_pending(self, task: BufferedTask) -> TP | None:
         """The sibling partition to which this thread has sent a record older than the

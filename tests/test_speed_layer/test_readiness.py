@@ -171,6 +171,34 @@ def test_a_sibling_partition_with_an_older_record_queued_or_on_its_way_holds_the
     assert kit.r.horizon(a) is None
 
 
+@pytest.mark.parametrize("eos", [False, True])
+def test_max_task_idle_ms_waits_for_an_empty_sibling_at_its_end_fed_by_another_process(eos: bool) -> None:
+    # the sibling's records come from another instance (nothing of this thread's is on its
+    # way): its next one may be older than the task's head
+    a = FakeTask("1_0", {(REP, 0): [100, 110]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b], idle_ms=500, eos=eos)
+    kit.at_end((REP, 0), (REP, 1))
+    assert not kit.r.ready(a, 10.0)
+    assert not kit.r.ready(a, 10.4)
+    assert kit.r.ready(a, 10.5)  # the sibling's deadline passed
+    a.queues[(REP, 0)].popleft()
+    assert kit.r.ready(a, 10.6)  # it stays passed while the sibling stays empty
+    b.queues[(REP, 1)].append(105)  # the sibling buffers a record: its deadline is dropped
+    assert kit.r.ready(b, 11.0)
+    b.queues[(REP, 1)].popleft()
+    assert not kit.r.ready(a, 11.1)  # empty at its end again: a new wait
+    assert kit.r.ready(a, 11.6)
+
+
+def test_an_empty_sibling_at_its_end_does_not_hold_the_task_with_max_task_idle_0() -> None:
+    a = FakeTask("1_0", {(REP, 0): [100]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b])
+    kit.at_end((REP, 0), (REP, 1))
+    assert kit.r.ready(a, 0.0)
+
+
 def test_exactly_once_neither_waits_for_round_trips_nor_bounds_runs() -> None:
     a = FakeTask("1_0", {(REP, 0): [50]})
     b = FakeTask("1_1", {(REP, 1): []})
