@@ -181,10 +181,12 @@ class Readiness:
         idle_wait = enforced_idle = False
         for tp in self.task_tps[task.task_id]:
             if task.buffered_in(*tp) > 0:
-                deadlines.pop(tp, None)
+                if deadlines:  # empty unless max.task.idle.ms > 0
+                    deadlines.pop(tp, None)
                 continue
             if not self.eof.get(tp):
-                deadlines.pop(tp, None)
+                if deadlines:
+                    deadlines.pop(tp, None)
                 if why is None:
                     why = (RULE_UNKNOWN_LAG, tp)
                 wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
@@ -194,7 +196,8 @@ class Readiness:
                 if pending is not None:
                     head = task.head_timestamp() if head is None else head
                     if pending <= head:
-                        deadlines.pop(tp, None)
+                        if deadlines:
+                            deadlines.pop(tp, None)
                         if why is None:
                             why = (RULE_ON_ITS_WAY, tp)
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
