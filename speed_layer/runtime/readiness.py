@@ -203,13 +203,10 @@ class Readiness:
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
             if idle > 0:
-                # caught up: wait until the partition's own deadline, set the first time it
-                # was seen empty at its end and kept until it buffers a record again
-                deadline = deadlines.setdefault(tp, now + idle / 1000)
-                if now < deadline:
-                    idle_wait = True
-                else:
+                if self._idle_deadline_passed(tp, now):
                     enforced_idle = True
+                else:
+                    idle_wait = True
         if wait_s == 0 and idle_wait:
             return False
         if wait_s == 0 and not self.exactly_once:
@@ -333,9 +330,15 @@ class Readiness:
         for tp in self._sibling_tps(task):
             if self.tp_task[tp].buffered_in(*tp) > 0:
                 deadlines.pop(tp, None)
-            elif self.eof.get(tp) and now < deadlines.setdefault(tp, now + self.max_task_idle_ms / 1000):
+            elif self.eof.get(tp) and not self._idle_deadline_passed(tp, now):
                 waiting = True
         return waiting
+
+    def _idle_deadline_passed(self, tp: TP, now: float) -> bool:
+        """Whether the ``max.task.idle.ms`` deadline of ``tp``, a caught-up empty partition,
+        has passed at ``now`` (monotonic s). The deadline is set the first time it is asked
+        for and kept until the partition buffers a record (the callers drop it then)."""
+        return now >= self._idle_deadlines.setdefault(tp, now + self.max_task_idle_ms / 1000)
 
     def _sibling_pending(self, task: BufferedTask) -> TP | None:
         """The sibling partition to which this thread has sent a record older than the
