@@ -85,7 +85,7 @@ class KafkaStreams:
         self.state_directory = StateDirectory(cfg.state_dir, cfg.application_id)
         self._paused = threading.Event()
         self.process_id = ""
-        self.plan: TopologyPlan | None = None  # type: ignore[assignment]
+        self.plan: TopologyPlan | None = None
         self.partition_counts = PartitionCounts(cfg.bootstrap_servers, task_timeout_ms=cfg.task_timeout_ms,
                                                 retry_backoff_ms=cfg.retry_backoff_ms, max_block_ms=cfg.max_block_ms)
         self.global_stores: dict[str, Any] = {}
