@@ -38,6 +38,13 @@ Other Spark settings (``spark.executor.memory``, ``spark.hadoop.fs.s3a.*``,
 
 from __future__ import annotations
 
+# concurrent.futures.thread registers at-fork handlers when first imported (acquire its lock
+# before a fork, release it after). pyspark launches the Spark JVM with a preexec_fn, so a
+# fork runs them; if another thread imports the module meanwhile, the release runs without
+# the acquire and stderr gets "Exception ignored in: <built-in method release of
+# _thread.lock> ... RuntimeError: release unlocked lock" (seen in `duet run`, the Spark JVM
+# starting beside the speed layer). Imported before this module forks anything.
+import concurrent.futures.thread  # noqa: F401
 import logging
 import os
 import re

@@ -14,6 +14,9 @@ module is the seam Kafka does not need. :mod:`speed_layer.runtime.kraft_node` us
 
 from __future__ import annotations
 
+# imported before the broker's JVM is forked with a preexec_fn: a thread importing it during
+# that fork would run its at-fork release without the acquire (batch_layer.spark tells more)
+import concurrent.futures.thread  # noqa: F401
 import contextlib
 import ctypes
 import os
