@@ -3,8 +3,8 @@
 #                              + class-data-sharing archives of the broker's and Spark's JVMs
 #                              + headless Chromium and its driver (Debian packages, browser tests)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
-#   make test PYTEST_ARGS=...  pytest, in TEST_WORKERS processes (pytest-xdist, one test file
-#                              per worker at a time; default: the cores, at most 4)
+#   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist processes, one test
+#                              file per worker at a time)
 #   make clean                 remove the copied jars and caches (not the venv, not the lake)
 #   make distclean             clean, and remove the venv
 
@@ -24,11 +24,13 @@ MVN ?= mvn
 MVN_FLAGS ?= -q -B
 ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers of make test: each starts its own broker, Spark session and browser
-# (~3 GiB), so at most 4; 0 runs the tests in this process. The suite is CPU-bound: on 2
-# shared cores a fresh clone ran 1,206 tests in 31:27 with 2 workers, against 39:39 in one
-# process the day before (and 27:21 on a quieter day).
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; elif [ $$n -lt 2 ]; then n=0; fi; echo $$n)
+# pytest-xdist workers of make test (0: the tests run in this process, the default). Each
+# worker starts its own broker, Spark session and browser (~3 GiB). On 2 shared cores a fresh
+# clone ran the suite in 31:27 and 30:55 with 2 workers against 39:39 in one process, but the
+# second run failed test_scaled_run (2 speed-layer instances drop 21,167 records as late
+# when both cores are busy with other work; a CPU hog beside it alone reproduces it) and a
+# Dagster UI pixel probe: the default stays one process until that test holds under load.
+TEST_WORKERS ?= 0
 
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
