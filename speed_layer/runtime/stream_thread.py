@@ -116,9 +116,8 @@ class StreamThread(threading.Thread):
         self._commits = OffsetCommits(self.name, self.config.default_api_timeout_ms)
         #: commits the tasks (every ``commit.interval.ms``, before tasks close)
         self.committer = TaskCommitter(
-            self.name, self.config, self.plan, context.commit_interval_ms, REPARTITION_PURGE_INTERVAL_S, self.task_manager,
-            self.streams_producer, self._commits, self.inputs, self.readiness, consumer=lambda: self.consumer,
-            client_overrides=context.client_overrides, recover_producer=self._recover_producer,
+            self.name, context, REPARTITION_PURGE_INTERVAL_S, self.task_manager, self.streams_producer, self._commits,
+            self.inputs, self.readiness, consumer=lambda: self.consumer, recover_producer=self._recover_producer,
             abort_and_rewind=self._abort_and_rewind)
         #: the consumer's rebalance callbacks
         self.rebalance_listener = StreamsRebalanceListener(

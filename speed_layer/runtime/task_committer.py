@@ -33,11 +33,10 @@ from .streams_producer import StreamsProducer, is_hung
 from .task_executor import ACTIVE_TIME_NS
 
 if TYPE_CHECKING:
-    from ..config import StreamsConfig
     from .input_buffers import InputBuffers
-    from .internal_topics import TopologyPlan
     from .readiness import Readiness
     from .task_manager import TaskManager
+    from .thread_context import ThreadContext
 
 log = logging.getLogger("speed_layer.thread")
 
@@ -51,9 +50,9 @@ class TaskCommitter:
 
     Args:
         name: the thread's name, for the logs.
-        config: the streams config (``exactly_once``, ``bootstrap.servers``).
-        plan: the topology plan (which topics are repartition topics).
-        commit_interval_ms: the effective ``commit.interval.ms``, ms.
+        context: the thread's :class:`.ThreadContext`: the streams config (``exactly_once``,
+            ``bootstrap.servers``), the topology plan (which topics are repartition topics),
+            the effective ``commit.interval.ms`` (ms) and the user's admin client overrides.
         purge_interval_s: ``repartition.purge.interval.ms``, s.
         task_manager: the thread's tasks, their partitions, committed offsets and checkpoints.
         streams_producer: the thread's producer and transaction.
@@ -61,21 +60,19 @@ class TaskCommitter:
         inputs: the records held before the task buffers.
         readiness: whether every owned partition is consumed to its end.
         consumer: the thread's consumer now (None before it is created and after it is closed).
-        client_overrides: prefix (``"admin."``) -> the user's overrides for that client.
         recover_producer: the thread's recovery from a fatal producer error (its argument).
         abort_and_rewind: the thread's recovery from a transaction that may be aborted.
     """
 
-    def __init__(self, name: str, config: "StreamsConfig", plan: "TopologyPlan", commit_interval_ms: int,
-                 purge_interval_s: float, task_manager: "TaskManager", streams_producer: StreamsProducer, commits: OffsetCommits,
-                 inputs: "InputBuffers", readiness: "Readiness", consumer: Callable[[], Consumer | None],
-                 client_overrides: Callable[[str], dict[str, Any]], recover_producer: Callable[[BaseException], None],
+    def __init__(self, name: str, context: "ThreadContext", purge_interval_s: float, task_manager: "TaskManager",
+                 streams_producer: StreamsProducer, commits: OffsetCommits, inputs: "InputBuffers", readiness: "Readiness",
+                 consumer: Callable[[], Consumer | None], recover_producer: Callable[[BaseException], None],
                  abort_and_rewind: Callable[[KafkaException], None]) -> None:
         self.name = name
-        self.config = config
-        self.plan = plan
-        self.eos = bool(config.exactly_once)
-        self.commit_interval_ms = commit_interval_ms
+        self.config = context.config
+        self.plan = context.plan
+        self.eos = bool(self.config.exactly_once)
+        self.commit_interval_ms = context.commit_interval_ms
         self.purge_interval_s = purge_interval_s
         self.task_manager = task_manager
         self.tasks = task_manager.tasks
@@ -87,7 +84,7 @@ class TaskCommitter:
         self.inputs = inputs
         self.readiness = readiness
         self._consumer = consumer
-        self._client_overrides = client_overrides
+        self._client_overrides = context.client_overrides
         self._recover_producer = recover_producer
         self._abort_and_rewind = abort_and_rewind
         #: ``time.monotonic()`` of the latest commit (or assignment), s
