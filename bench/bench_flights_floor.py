@@ -114,7 +114,7 @@ def main() -> None:
     from bench_flights_speed import _run
 
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import load_data, reset_pipeline
+    from pipelines.job.steps import load_data, reset_pipeline
 
     with bench_broker(None) as (bootstrap, broker_pid):
         reset_pipeline(pipeline, bootstrap, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-flights-floor-lake")

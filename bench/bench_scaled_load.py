@@ -7,7 +7,7 @@ Each measure runs in a fresh process (its peak RSS is its own):
   336,776 records): the memory a list of N years would take N times;
 * ``generate N``: the events of N years read from ``Pipeline.sample_data(scale=N)`` (the
   lazy copies), each value encoded as ``duet load`` encodes it, nothing produced;
-* ``produce N``: ``pipelines.load.load(scale=N)`` into a broker (an embedded one unless
+* ``produce N``: ``pipelines.produce.load.load(scale=N)`` into a broker (an embedded one unless
   ``--bootstrap``), topics prefixed so that nothing else is touched, deleted after.
 
     .venv/bin/python bench/bench_scaled_load.py --years 2
@@ -31,7 +31,7 @@ def _peak_mb() -> float:
 
 def _worker(mode: str, years: int, bootstrap: str | None) -> dict[str, float]:
     from pipelines.examples.flights import pipeline
-    from pipelines.load import encode_value
+    from pipelines.produce.load import encode_value
 
     base = _peak_mb()
     t0 = time.monotonic()
@@ -44,7 +44,7 @@ def _worker(mode: str, years: int, bootstrap: str | None) -> dict[str, float]:
             encode_value(rec.value)
             n += 1
     else:
-        from pipelines.load import load
+        from pipelines.produce.load import load
         from speed_layer.admin import delete_topics
 
         assert bootstrap is not None

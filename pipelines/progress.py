@@ -1,6 +1,6 @@
 """Progress reporting of the main job's phases: a tiny protocol, a silent and a rich variant.
 
-The phase functions of :mod:`pipelines.main_job` report through a :class:`Reporter` so that
+The phase functions of :mod:`pipelines.job.main_job` report through a :class:`Reporter` so that
 the CLI shows one rich progress bar per phase while Dagster assets and tests stay silent.
 """
 
@@ -50,7 +50,7 @@ class NullReporter:
 
 
 def load_progress(reporter: Reporter, phase: str = "load") -> Callable[[str, int, int | None], None]:
-    """A producer's ``progress(topic, done, total)`` callback (``pipelines.load.Progress``)
+    """A producer's ``progress(topic, done, total)`` callback (``pipelines.produce.load.Progress``)
     that shows on ``reporter``'s ``phase`` the records produced so far over every topic, the
     current topic's count (of its total, when known) and the records per second since the
     callback was made."""

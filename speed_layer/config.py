@@ -119,7 +119,7 @@ class StreamsConfig(BaseModel):
     #: this instance runs; None (the default) runs all. An instance subscribes only to
     #: those sub-topologies' lead topics, so the group gives it only their tasks (and the
     #: others to instances that run them). Used to place whole stages of a pipeline on
-    #: different processes (``pipelines.speed_instances``); as an int list or ``"0,3"``.
+    #: different processes (``pipelines.speed.instances``); as an int list or ``"0,3"``.
     #: A sub-topology only one instance runs has no failover: while that instance is down,
     #: no other takes its tasks (name it on two instances to have one)
     instance_subtopologies: tuple[int, ...] | None = Field(None, alias="instance.subtopologies")

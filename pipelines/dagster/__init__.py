@@ -1,4 +1,4 @@
-"""Dagster from the declaration: one or several :class:`~pipelines.pipeline.Pipeline` s as
+"""Dagster from the declaration: one or several :class:`~pipelines.declaration.pipeline.Pipeline` s as
 ONE ``dagster.Definitions``.
 
 ``definitions(flights, shop)`` gives, per pipeline ``p`` (names in :mod:`.keys`, all
@@ -18,7 +18,7 @@ and one set of resources ``lake``, ``spark``, ``kafka`` (:mod:`.resources`).
 Load it: ``dagster dev -m pipelines.dagster.workspace`` (the pipelines named by
 ``$DUET_PIPELINES``, see :mod:`.workspace`) or ``-m pipelines.examples.definitions`` (the
 examples, what ``workspace.yaml`` loads). The modules hold no layer logic: assets, checks
-and sensors call :mod:`pipelines.steps` and :mod:`pipelines.serving_steps`.
+and sensors call :mod:`pipelines.job.steps` and :mod:`pipelines.job.serving_steps`.
 """
 
 from pipelines.dagster.factory import definitions

@@ -15,11 +15,11 @@
 
 The ingest, batch and publish assets (and the GX checks, which store their results) write
 the pipeline's folder of the lake through ``LakeResource.writable``: the run holds that
-folder's lake lock from its first writing step to its end (:mod:`pipelines.lake_lock`), and
+folder's lake lock from its first writing step to its end (:mod:`pipelines.lake.lock`), and
 a step fails naming the holder when a ``duet`` command (or another run) writes it.
 
-The assets hold no layer logic: they call :mod:`pipelines.steps` and
-:mod:`pipelines.serving_steps`.
+The assets hold no layer logic: they call :mod:`pipelines.job.steps` and
+:mod:`pipelines.job.serving_steps`.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
@@ -33,7 +33,7 @@ from pipelines.dagster.new_data import OFFSETS_ADDED, days_of_run, describe
 from pipelines.dagster.partitions import compact_days, count_per_day, partitions_def
 from pipelines.dagster.resources import KafkaResource, LakeResource, SparkResource
 from pipelines.dagster.speed_probe import SPEED_CHECK_NAME, max_lag_env, server_env
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["topic_specs", "speed_layer_spec", "raw_asset", "raw_assets", "batch_views", "serving_publish",
            "pipeline_assets"]
@@ -170,8 +170,8 @@ def batch_views(p: Pipeline) -> dg.AssetsDefinition:
     def _views(context: dg.AssetExecutionContext, spark: SparkResource,
                lake: LakeResource) -> Iterator[dg.MaterializeResult]:
         from batch_layer.delta.layout import LakeLayout
-        from pipelines.serving_steps import read_batch_views
-        from pipelines.steps import run_batch_layer
+        from pipelines.job.serving_steps import read_batch_views
+        from pipelines.job.steps import run_batch_layer
 
         views = sorted((view_of_key[k] for k in context.selected_asset_keys), key=p.view_names.index)
         folder = lake.writable(p)
@@ -250,7 +250,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
     )
     def _publish(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
         from batch_layer.delta.layout import LakeLayout
-        from pipelines.serving_steps import publish_views, read_batch_views, read_speed_views
+        from pipelines.job.serving_steps import publish_views, read_batch_views, read_speed_views
         from serving.errors import SpeedSourceError
         from serving.views.batch import read_batch_watermark
 

@@ -2,7 +2,7 @@
 
 Each check ``gx_suite`` of ``[<p>, view_<store>]`` runs ``p.expectations(store)`` (the
 standard suite of the view's windows, the declared field limits, the declared expectations)
-on ``<lake root>/<p>/views/<store>`` through :func:`pipelines.serving_steps.run_checks`
+on ``<lake root>/<p>/views/<store>`` through :func:`pipelines.job.serving_steps.run_checks`
 (GX 1.24, pandas), which stores the result in ``<lake root>/<p>/quality/<store>.json``
 (served by ``GET /quality``); the check returns it as metadata (``gx``: the JSON result,
 ``evaluated``: expectations run, ``failed``: ``type(column)`` of each failure).
@@ -22,7 +22,7 @@ from pipelines.dagster.keys import CHECK_NAME, speed_key, view_asset_key
 from pipelines.dagster.resources import KafkaResource, LakeResource
 from pipelines.dagster.speed_probe import (DEFAULT_MAX_LAG_RECORDS, SPEED_CHECK_NAME, lag_check, max_lag_env,
                                           max_lag_records, read_speed, server_env)
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["gx_check", "view_checks", "speed_lag_check"]
 
@@ -47,7 +47,7 @@ def gx_check(p: Pipeline, view: str) -> dg.AssetChecksDefinition:
         description=_describe(p, view),
     )
     def _check(lake: LakeResource) -> dg.AssetCheckResult:
-        from pipelines.serving_steps import run_checks
+        from pipelines.job.serving_steps import run_checks
 
         result = run_checks(p, lake.writable(p), [view])[view]
         failed = [f"{c.type}({c.column})" for c in result.results if not c.success]

@@ -11,8 +11,8 @@ from pipelines.dagster.checks import speed_lag_check, view_checks
 from pipelines.dagster.resources import LakeResource, default_resources
 from pipelines.dagster.schedules import recompute_job, recompute_schedule
 from pipelines.dagster.sensors import new_kafka_data, speed_layer_lag
-from pipelines.loaded import loaded_pipeline
-from pipelines.pipeline import Pipeline, PipelineError
+from pipelines.lake.loaded import loaded_pipeline
+from pipelines.declaration.pipeline import Pipeline, PipelineError
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -32,7 +32,7 @@ def definitions(*pipelines: Pipeline, resources: dict[str, Any] | None = None) -
     The daily partitions cover the data loaded: the declared ones stretched over the copies
     of the sample data that ``duet load --years N`` (or ``duet run``, ``duet ui --load``)
     recorded in the pipeline's folder of the ``lake`` resource's root
-    (:func:`pipelines.loaded.loaded_pipeline`), read when the definitions are built: reload
+    (:func:`pipelines.lake.loaded.loaded_pipeline`), read when the definitions are built: reload
     the code location after loading more years into a running UI.
 
     Raises:

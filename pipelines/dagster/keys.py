@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = [
     "slug",

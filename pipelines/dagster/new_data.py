@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.dagster.partitions import (
     compact_days, day_of, days_in_partitions, parse_days, partition_keys, run_target_days,
 )
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 if TYPE_CHECKING:
     import dagster as dg

@@ -33,12 +33,12 @@ Each materialization's metadata says what was recomputed: the run's target, the 
 records fall on, per day the windows (or updated rows) of that day, the new records of that
 day and why the day is materialized.
 
-The days come from the declaration (:class:`pipelines.pipeline.Partitioning`): UTC days from
+The days come from the declaration (:class:`pipelines.declaration.pipeline.Partitioning`): UTC days from
 ``start`` to ``end`` (exclusive), or open-ended when ``end`` is ``None``: a partition per day
 up to and including today (``end_offset=1``: live data lands on today, which is a partition
 from its first record, materialized again as more of the day arrives). When N copies of the
 sample data were loaded (``duet load --years N``: the flights of 2013 .. 2013 + N - 1), the
-definitions stretch ``end`` over them (``Partitioning.copy_years``, :mod:`pipelines.loaded`):
+definitions stretch ``end`` over them (``Partitioning.copy_years``, :mod:`pipelines.lake.loaded`):
 the partitions are the days of the data loaded.
 """
 
@@ -50,7 +50,7 @@ from datetime import date, timedelta
 
 import dagster as dg
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["partitions_def", "partition_keys", "run_target_days", "day_of", "day_blocks", "compact_days",
            "parse_days", "days_in_partitions", "count_per_day", "DAY_MS"]

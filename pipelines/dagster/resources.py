@@ -4,7 +4,7 @@ every pipeline of a ``Definitions``.
 * :class:`LakeResource`: the lake ROOT (``path``, else ``$DUET_LAKE``, else ``<repo>/lake``);
   each pipeline's assets use its own folder ``Pipeline.lake(root)`` = ``<root>/<name>``. A
   run's steps that write a pipeline's folder get it through :meth:`LakeResource.writable`,
-  which holds that folder's lake lock (:mod:`pipelines.lake_lock`) until the run ends, as
+  which holds that folder's lake lock (:mod:`pipelines.lake.lock`) until the run ends, as
   ``duet run`` and ``duet batch`` do: one writer per lake.
 * :class:`SparkResource`: the process-wide SparkSession with Delta (``batch_layer.spark``):
   local (``local[*]``), on a cluster (``master``: ``spark://HOST:PORT``, ``yarn``,
@@ -34,7 +34,7 @@ from pydantic import Field, PrivateAttr
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipelines.pipeline import Pipeline
+    from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["LakeResource", "SparkResource", "KafkaResource", "default_resources", "BOOTSTRAP_ENV"]
 
@@ -65,8 +65,8 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def root(self) -> Path:
         """The lake root as an absolute path (not a pipeline's folder: see
-        :meth:`pipelines.pipeline.Pipeline.lake`)."""
-        from pipelines.steps import resolve_lake
+        :meth:`pipelines.declaration.pipeline.Pipeline.lake`)."""
+        from pipelines.job.steps import resolve_lake
 
         return resolve_lake(self.path or None)
 
@@ -96,7 +96,7 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 Dagster run; the description names it, and becomes the step's failure).
             RuntimeError: not inside a run (no run end to release the lock at).
         """
-        from pipelines.lake_lock import LakeBusy, LakeLock
+        from pipelines.lake.lock import LakeBusy, LakeLock
 
         folder = p.lake(self.root())
         if folder in self._locked:
@@ -254,7 +254,7 @@ class KafkaResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         if self._embedded and pipeline is not None and pipeline.name not in self._loaded:
             self._loaded.add(pipeline.name)
             if pipeline.sample is not None:
-                from pipelines.load import load
+                from pipelines.produce.load import load
 
                 counts = load(pipeline, self._servers, limit=self.embedded_limit)
                 if self._log is not None:

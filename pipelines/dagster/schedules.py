@@ -10,7 +10,7 @@ lake has not archived, for the days they fall on (:func:`recompute_request`); el
 Both skip while a run of ``<p>_recompute`` is queued or running (it would recompute the same
 tables at the same time; the next tick looks again), while another writer holds the lake lock
 of ``p``'s folder (a ``duet run``, or a backfill's run: a run now would fail at its first
-writing step; :mod:`pipelines.lake_lock`), and without a configured Kafka cluster.
+writing step; :mod:`pipelines.lake.lock`), and without a configured Kafka cluster.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context and resource annotations
@@ -22,7 +22,7 @@ from pipelines.dagster.keys import group, job_name, schedule_name
 from pipelines.dagster.new_data import TOUCHED_DAYS_TAG, NewData, kafka_new_data
 from pipelines.dagster.partitions import compact_days, day_blocks, days_in_partitions, partition_keys
 from pipelines.dagster.resources import BOOTSTRAP_ENV, KafkaResource, LakeResource
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -83,7 +83,7 @@ def request_for_new_data(p: Pipeline, instance: Optional[dg.DagsterInstance], ka
     holds ``p``'s lake lock, or when the cluster does not answer; else
     :func:`recompute_request` on the records not yet archived (``run_key`` ``None``: their end
     offsets)."""
-    from pipelines.lake_lock import lock_holder
+    from pipelines.lake.lock import lock_holder
 
     if instance is not None:
         active = instance.get_run_records(dg.RunsFilter(job_name=job_name(p), statuses=_ACTIVE), limit=1)

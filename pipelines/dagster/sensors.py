@@ -47,7 +47,7 @@ from pipelines.dagster.speed_probe import (
     read_speed,
     server_env,
 )
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

@@ -31,7 +31,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = [
     "DEFAULT_MAX_LAG_RECORDS",

@@ -1,9 +1,9 @@
 """The code location of ``duet ui``: ``dagster dev -m pipelines.dagster.workspace``.
 
 Its module-level ``defs`` holds the pipelines named by ``$DUET_PIPELINES`` (comma-separated
-``module:attribute`` references, each resolved by :func:`pipelines.resolve.load_pipeline`,
+``module:attribute`` references, each resolved by :func:`pipelines.declaration.resolve.load_pipeline`,
 with ``$DUET_PROJECT_ROOT``, a project's folder, put first on ``sys.path``), else the one
-pipeline :func:`pipelines.resolve.resolve_pipeline` finds (``$DUET_PIPELINE``, the
+pipeline :func:`pipelines.declaration.resolve.resolve_pipeline` finds (``$DUET_PIPELINE``, the
 ``[tool.duet]`` project, the flights example).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.dagster.factory import definitions
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["PIPELINES_ENV", "PROJECT_ROOT_ENV", "workspace_pipelines", "defs"]
 
@@ -31,7 +31,7 @@ def workspace_pipelines() -> list[Pipeline]:
     Raises:
         PipelineError: a reference cannot be loaded (one line naming it).
     """
-    from pipelines.resolve import load_pipeline, resolve_pipeline
+    from pipelines.declaration.resolve import load_pipeline, resolve_pipeline
 
     root = os.environ.get(PROJECT_ROOT_ENV, "").strip()
     search = Path(root).expanduser().resolve() if root else None

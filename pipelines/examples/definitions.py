@@ -11,7 +11,7 @@ import importlib.util
 
 from pipelines.dagster import definitions
 from pipelines.examples import flights
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["defs", "example_pipelines"]
 

@@ -2,7 +2,7 @@
 
 ``test_flights_batch_on_a_standalone_cluster_equals_local`` starts one master and two
 workers (1 core, 1 GiB each) with ``bin/spark-class`` of the pyspark pip package, runs the
-flights batch recompute (``pipelines.steps.run_batch_layer``, what ``duet batch`` runs) on
+flights batch recompute (``pipelines.job.steps.run_batch_layer``, what ``duet batch`` runs) on
 the cluster in a subprocess (a Python process holds one SparkContext, and the other tests
 share a local one), with the master taken from ``$DUET_SPARK_MASTER`` and the lake given as
 a ``file://`` URI, and checks that its Delta views equal those the tests' shared local
@@ -280,7 +280,7 @@ _DRIVER = """
 import json, sys, time
 from batch_layer.spark import get_spark, stop_spark
 from pipelines.examples.flights import pipeline
-from pipelines.steps import run_batch_layer
+from pipelines.job.steps import run_batch_layer
 
 lake, conf = sys.argv[1], json.loads(sys.argv[2])
 t0 = time.monotonic()
@@ -344,7 +344,7 @@ def _flights_lake(lake: Path) -> None:
 def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path: Path) -> None:
     from batch_layer.run import read_view
     from pipelines.examples.flights import pipeline as flights
-    from pipelines.steps import run_batch_layer
+    from pipelines.job.steps import run_batch_layer
     from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 
     t0 = time.monotonic()

@@ -125,7 +125,7 @@ def test_quality_results_are_stored_and_loaded_at_the_layout(tmp_path: Path) -> 
 
 
 def test_lake_tables_names_the_parts_present(tmp_path: Path) -> None:
-    from pipelines.cli_support import lake_tables
+    from pipelines.cli.support import lake_tables
 
     lake = LakeLayout(tmp_path)
     write_table(pa.table({"x": [1]}), lake.batch_view("s"))

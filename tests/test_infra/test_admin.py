@@ -91,7 +91,7 @@ import time
 from confluent_kafka import KafkaException
 from batch_layer.ingest.kafka_to_delta import ingest_topic
 from pipelines.dagster.new_data import read_kafka_range
-from pipelines.load import source_producer
+from pipelines.produce.load import source_producer
 from serving.errors import SpeedSourceError
 from speed_layer.runtime.internal_topics import reset_application
 

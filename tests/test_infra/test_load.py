@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.examples.flights import pipeline as flights
 from pipelines.examples.flights.data import TABLE_TIMESTAMP_MS, flight_records
-from pipelines.load import load
+from pipelines.produce.load import load
 from speed_layer.admin import delete_topics, end_offsets, topic_partitions
 
 from .kafka_util import java_murmur2_partition, read_topic
@@ -118,7 +118,7 @@ def test_produce_tables_creates_every_topic_and_fills_the_tables_only(kafka_boot
     """What a live replay produces before the speed layer starts: every source topic exists
     (the events' empty), each table holds its records, and the progress ends each table
     with its count."""
-    from pipelines.load import produce_tables
+    from pipelines.produce.load import produce_tables
 
     prefix = f"{unique_name}-"
     sample = flights.sample_data(10)

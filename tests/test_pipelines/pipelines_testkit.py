@@ -42,13 +42,13 @@ def write_batch_view(lake: Path, store: str, rows: list[dict[str, object]]) -> P
 
 def flight_on(day: str, hour: int = 10, minute: int = 15, record_timestamp: int | None = None) -> object:
     """The first sample flight moved to ``day`` (``YYYY-MM-DD``) at ``hour:minute`` UTC, as a
-    :class:`pipelines.pipeline.SourceRecord`: its event time (the flights' timestamp extractor
+    :class:`pipelines.declaration.pipeline.SourceRecord`: its event time (the flights' timestamp extractor
     reads ``time_hour`` + ``minute``) is on ``day``; its Kafka record timestamp is the same
     unless ``record_timestamp`` (epoch ms) says otherwise."""
     from datetime import datetime, timezone
 
     from pipelines.examples.flights import pipeline as flights
-    from pipelines.pipeline import SourceRecord
+    from pipelines.declaration.pipeline import SourceRecord
 
     _, first = flights.sample_data(1).events[0]
     year, month, dom = (int(x) for x in day.split("-"))
@@ -60,10 +60,10 @@ def flight_on(day: str, hour: int = 10, minute: int = 15, record_timestamp: int 
 
 
 def produce(bootstrap: str, topic: str, records: list[object]) -> int:
-    """Produce ``records`` (:class:`pipelines.pipeline.SourceRecord`) to ``topic``; the count."""
+    """Produce ``records`` (:class:`pipelines.declaration.pipeline.SourceRecord`) to ``topic``; the count."""
     from confluent_kafka import Producer
 
-    from pipelines.load import produce_records
+    from pipelines.produce.load import produce_records
 
     producer = Producer({"bootstrap.servers": bootstrap})
     n = produce_records(producer, topic, records, len(records))

@@ -15,7 +15,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from pipelines.pipeline import Partitioning, Pipeline, Source, View
+from pipelines.declaration.pipeline import Partitioning, Pipeline, Source, View
 
 HERE = Path(__file__).resolve().parent
 #: 2026-03-02T00:00Z, the records' first timestamp
@@ -29,7 +29,7 @@ import sys
 sys.path.insert(0, {here!r})
 from pathlib import Path
 from speed_service_kit import tiny_pipeline
-from pipelines.speed_server import serve_speed
+from pipelines.speed.server import serve_speed
 
 bootstrap, prefix, name, state, slow_ms = sys.argv[1:6]
 result = serve_speed(tiny_pipeline(prefix, name, float(slow_ms)), bootstrap, "127.0.0.1", 0, state_dir=Path(state),

@@ -1,4 +1,4 @@
-"""The CLI's Ctrl-C boundary (:func:`pipelines.cli_support.interrupts`), in process: one line
+"""The CLI's Ctrl-C boundary (:func:`pipelines.cli.support.interrupts`), in process: one line
 and exit status 130; a Ctrl-C that Python raised inside a finalizer (where it cannot
 propagate, and was lost: ``duet run`` went on as if nothing happened) is delivered again;
 py4j's logged tracebacks of the interrupt are dropped."""
@@ -11,7 +11,7 @@ import time
 import pytest
 import typer
 
-from pipelines.cli_support import interrupts, setup_logging
+from pipelines.cli.support import interrupts, setup_logging
 
 
 class RaisesInItsFinalizer:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lake_lock import LOCK_FILE, LakeLock
+from pipelines.lake.lock import LOCK_FILE, LakeLock
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(900)]
 

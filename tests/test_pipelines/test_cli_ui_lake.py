@@ -136,8 +136,8 @@ def test_ui_starts_on_the_lake_and_topics_as_they_are(tiny_lake: Path, kafka_boo
     ``duet ui`` says in one line how to fill it, then starts all the same. The flights topics
     keep their records."""
     from pipelines.examples.flights import pipeline as flights
-    from pipelines.load import produce_tables
-    from pipelines.steps import input_record_count
+    from pipelines.produce.load import produce_tables
+    from pipelines.job.steps import input_record_count
 
     produce_tables(flights, kafka_bootstrap, flights.sample_data(0))  # planes, airports, airlines
     records = input_record_count(kafka_bootstrap, flights.input_topics)

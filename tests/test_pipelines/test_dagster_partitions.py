@@ -27,7 +27,7 @@ from pipelines.dagster.partitions import (
 )
 from pipelines.dagster.schedules import RANGE_END_TAG, RANGE_START_TAG, recompute_request
 from pipelines.examples.flights import pipeline as flights
-from pipelines.pipeline import Partitioning, Pipeline, Source, View
+from pipelines.declaration.pipeline import Partitioning, Pipeline, Source, View
 from pipelines_testkit import flight_on
 
 KEYS = partition_keys(flights)  # 2013-01-01 .. 2013-12-31
@@ -100,7 +100,7 @@ def test_the_event_time_is_the_extractors_not_the_record_timestamp() -> None:
 
 
 def test_open_ended_partitions_include_today() -> None:
-    from pipelines.pipeline import Partitioning
+    from pipelines.declaration.pipeline import Partitioning
 
     live = flights.model_copy(update={"partitions": Partitioning(start=dt.date(2026, 1, 1))})
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
@@ -140,7 +140,7 @@ def test_no_request_while_a_recompute_runs(instance: dg.DagsterInstance, tmp_pat
 
 def test_no_request_while_another_writer_holds_the_lake(instance: dg.DagsterInstance, tmp_path: Path) -> None:
     """A run now would fail at its first writing step (and use up its run key)."""
-    from pipelines.lake_lock import LakeLock
+    from pipelines.lake.lock import LakeLock
 
     with LakeLock(tmp_path / "flights", "duet run --limit 20000"):
         says = _sensor_and_schedule_say(instance, tmp_path)
@@ -152,7 +152,7 @@ def test_no_request_while_another_writer_holds_the_lake(instance: dg.DagsterInst
 
 
 def _json(value: object) -> bytes:
-    from pipelines.load import encode_value
+    from pipelines.produce.load import encode_value
 
     out = encode_value(value)
     assert out is not None
@@ -224,7 +224,7 @@ def test_a_sensor_run_materializes_exactly_the_days_its_data_falls_on(kafka_boot
     on 03-10 and 03-11 make a schedule run for them."""
     from pipelines.dagster import KafkaResource, LakeResource, SparkResource, definitions, view_asset_key
 
-    from pipelines.steps import ensure_pipeline_topics
+    from pipelines.job.steps import ensure_pipeline_topics
 
     p = _readings(unique_name)
     topic = f"{unique_name}-readings"
@@ -299,7 +299,7 @@ def test_a_transaction_marker_is_no_new_record(kafka_bootstrap: str, unique_name
 
     from batch_layer.ingest import ingest_topic
     from pipelines.dagster.new_data import kafka_new_data
-    from pipelines.steps import ensure_pipeline_topics
+    from pipelines.job.steps import ensure_pipeline_topics
 
     p = _readings(unique_name)
     topic = f"{unique_name}-readings"
@@ -338,7 +338,7 @@ def test_the_partitions_cover_the_years_recorded_in_the_lake(tmp_path: Path) -> 
     N``): daily partitions from 2013-01-01 to the end of year 2013 + N - 1; none recorded,
     or one copy: 2013 alone. The record keeps the most copies loaded since the reset."""
     from pipelines.dagster import LakeResource, definitions
-    from pipelines.loaded import LOADED_FILE, loaded_copies, record_loaded
+    from pipelines.lake.loaded import LOADED_FILE, loaded_copies, record_loaded
 
     root = tmp_path / "lake"
 
@@ -372,8 +372,8 @@ def test_two_years_loaded_are_two_years_of_partitions(kafka_bootstrap: str, inst
 
     from pipelines.cli import app
     from pipelines.dagster import KafkaResource, LakeResource, definitions
-    from pipelines.loaded import loaded_copies
-    from pipelines.steps import reset_pipeline
+    from pipelines.lake.loaded import loaded_copies
+    from pipelines.job.steps import reset_pipeline
 
     root = tmp_path / "lake"
     reset_pipeline(flights, kafka_bootstrap, flights.lake(root))  # the session broker's flights topics start empty
@@ -399,9 +399,9 @@ def test_two_years_loaded_are_two_years_of_partitions(kafka_bootstrap: str, inst
                                                        _counts(res.output).values())), (req.tags, res.output)
 
         # `duet ui --load --years 2 --limit 500`'s reset and load (before `dagster dev` starts)
-        from pipelines.cli_dagster import _reset_and_load
-        from pipelines.cli_support import Phases, make_console
-        from pipelines.steps import input_record_count
+        from pipelines.cli.dagster_commands import _reset_and_load
+        from pipelines.cli.support import Phases, make_console
+        from pipelines.job.steps import input_record_count
 
         console = make_console()
         _reset_and_load([flights], root, kafka_bootstrap, 500, 2, console, Phases("ui", console))

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.dagster_client import DagsterClient
+from pipelines.dagster.client import DagsterClient
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.browser, pytest.mark.timeout(1500)]
 
@@ -196,7 +196,7 @@ def _run_of_sensor(ui: DagsterUI, name: str, timeout_s: float = 300) -> str:
 def _wait_lake_lock_released(folder: Path, timeout_s: float = 30) -> None:
     """Wait until no run holds the lake lock of ``folder``: a run's status turns SUCCESS just
     before its resources, and with them the lock, are torn down."""
-    from pipelines.lake_lock import lock_holder
+    from pipelines.lake.lock import lock_holder
 
     deadline = time.monotonic() + timeout_s
     while (holder := lock_holder(folder)) is not None:

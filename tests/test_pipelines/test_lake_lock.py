@@ -1,4 +1,4 @@
-"""The lake lock (:mod:`pipelines.lake_lock`): one writer per pipeline folder of the lake.
+"""The lake lock (:mod:`pipelines.lake.lock`): one writer per pipeline folder of the lake.
 
 In-process and with real holder processes (``flock`` is per open file, so a second
 ``LakeLock`` of the same process is a second writer too), then through the ``duet`` console
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lake_lock import LOCK_FILE, LakeBusy, LakeLock, LockHolder, command_line, lock_holder
+from pipelines.lake.lock import LOCK_FILE, LakeBusy, LakeLock, LockHolder, command_line, lock_holder
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from pipelines.lake_lock import LakeLock
+from pipelines.lake.lock import LakeLock
 with LakeLock(Path(sys.argv[1]), "duet run --limit 20000"):
     print("held", flush=True)
     time.sleep(120)
@@ -142,7 +142,7 @@ def test_the_lock_is_released_after_an_exception(tmp_path: Path) -> None:
 
 def test_the_command_line_reads_as_typed() -> None:
     assert command_line(["/x/.venv/bin/duet", "run", "--limit", "20000"]) == "duet run --limit 20000"
-    assert command_line(["/x/pipelines/cli.py", "ui", "--lake", "my lake"]) == "duet ui --lake 'my lake'"
+    assert command_line(["/x/pipelines/cli/commands.py", "ui", "--lake", "my lake"]) == "duet ui --lake 'my lake'"
 
 
 # --------------------------------------------------------------------------- the commands
@@ -244,7 +244,7 @@ def test_duet_fails_naming_the_dagster_run_that_holds_the_lake(tmp_path: Path, k
     from pipelines.dagster import KafkaResource, LakeResource
     from pipelines.dagster.assets import raw_asset
     from pipelines.examples.flights import pipeline as flights
-    from pipelines.load import produce_tables
+    from pipelines.produce.load import produce_tables
 
     produce_tables(flights, kafka_bootstrap, flights.sample_data(0))  # the airlines topic, to ingest
     root, folder = tmp_path / "lake", tmp_path / "lake" / "flights"

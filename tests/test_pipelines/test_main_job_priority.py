@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from pipelines.main_job import SPARK_NICE, _started_at_low_priority
+from pipelines.job.main_job import SPARK_NICE, _started_at_low_priority
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 

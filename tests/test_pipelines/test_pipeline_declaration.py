@@ -1,5 +1,5 @@
-"""The pipeline declaration (:mod:`pipelines.pipeline`) and how commands find it
-(:mod:`pipelines.resolve`): no broker, no Spark."""
+"""The pipeline declaration (:mod:`pipelines.declaration.pipeline`) and how commands find it
+(:mod:`pipelines.declaration.resolve`): no broker, no Spark."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from pipelines import Partitioning, Pipeline, PipelineError, Source, View
 from pipelines.examples.flights import pipeline as flights
-from pipelines.resolve import DEFAULT_PIPELINE, find_project, load_pipeline, resolve_pipeline
+from pipelines.declaration.resolve import DEFAULT_PIPELINE, find_project, load_pipeline, resolve_pipeline
 from speed_layer import Consumed, Materialized, Produced, Serdes, SlidingWindows, StreamsBuilder, TimeWindows, Topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ def _resources(bootstrap: str, root: Path) -> dict[str, object]:
 
 def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
     from pipelines.dagster.assets import raw_asset
-    from pipelines.load import produce_tables
-    from pipelines.steps import input_record_count
+    from pipelines.produce.load import produce_tables
+    from pipelines.job.steps import input_record_count
 
     # appends the dimension tables (creates the topics if needed)
     produce_tables(flights, kafka_bootstrap, flights.sample_data(0))
@@ -44,7 +44,7 @@ def test_raw_asset_archives_a_topic(kafka_bootstrap: str, tmp_path: Path) -> Non
 def test_batch_views_and_their_blocking_checks(kafka_bootstrap: str, tmp_path: Path) -> None:
     from pipelines.dagster.assets import batch_views, raw_assets
     from pipelines.dagster.checks import view_checks
-    from pipelines.steps import load_data, reset_pipeline
+    from pipelines.job.steps import load_data, reset_pipeline
 
     root = tmp_path / "lake"
     reset_pipeline(flights, kafka_bootstrap, flights.lake(root))

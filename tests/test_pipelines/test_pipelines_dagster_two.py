@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.examples.flights import pipeline as flights
 from pipelines.examples.shop import pipeline as shop
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -34,7 +34,7 @@ def test_two_pipelines_materialize_a_day_each(kafka_bootstrap: str, tmp_path: Pa
 
     from pipelines.dagster import KafkaResource, LakeResource, SparkResource, definitions, view_asset_key
     from pipelines.dagster.keys import group, publish_key, raw_key, speed_key
-    from pipelines.steps import load_data, reset_pipeline
+    from pipelines.job.steps import load_data, reset_pipeline
 
     root = tmp_path / "lake"
     resources = {"kafka": KafkaResource(bootstrap_servers=kafka_bootstrap), "lake": LakeResource(path=str(root)),

@@ -88,7 +88,7 @@ def test_views_are_daily_partitioned_with_single_run_backfills(defs: dg.Definiti
 
 def test_open_ended_partitions_run_up_to_today() -> None:
     from pipelines.dagster import partitions_def
-    from pipelines.pipeline import Partitioning
+    from pipelines.declaration.pipeline import Partitioning
 
     live = flights.model_copy(update={"partitions": Partitioning(start=dt.date(2026, 1, 1))})
     pdef = partitions_def(live)
@@ -110,7 +110,7 @@ def test_names_are_per_pipeline(defs: dg.Definitions) -> None:
 
 def test_the_same_pipeline_twice_is_refused() -> None:
     from pipelines.dagster import definitions
-    from pipelines.pipeline import PipelineError
+    from pipelines.declaration.pipeline import PipelineError
 
     with pytest.raises(PipelineError, match="'flights' is given twice"):
         definitions(flights, flights)
@@ -160,7 +160,7 @@ def test_workspace_loads_the_pipelines_of_the_environment(monkeypatch: pytest.Mo
 
 def test_backfill_selection_takes_multi_part_keys() -> None:
     from pipelines.dagster import view_asset_key
-    from pipelines.dagster_client import asset_path
+    from pipelines.dagster.client import asset_path
 
     assert asset_path(view_asset_key(flights, "departures_hourly")) == ["flights", "view_departures_hourly"]
     assert asset_path(["shop", "view_browsing_sessions"]) == ["shop", "view_browsing_sessions"]

@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.examples.flights import pipeline as flights
 from pipelines.examples.flights.topology import build_topology
-from pipelines.speed_service import LateRecord, late_exclusions, metric_total, new_application_id
+from pipelines.speed.service import LateRecord, late_exclusions, metric_total, new_application_id
 
 VIEW_SPECS = flights.view_specs
 
@@ -68,7 +68,7 @@ def test_metric_total_flat_and_nested() -> None:
 
 
 def test_replay_latency_quantiles() -> None:
-    from pipelines.replay import ReplayStats
+    from pipelines.produce.replay import ReplayStats
 
     stats = ReplayStats(latencies_s=[0.1 * i for i in range(1, 101)])
     assert stats.latency(0.5) == pytest.approx(5.0, abs=0.11)

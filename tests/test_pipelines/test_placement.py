@@ -1,4 +1,4 @@
-"""Placement of whole sub-topologies on the speed layer's instances (:mod:`pipelines.placement`):
+"""Placement of whole sub-topologies on the speed layer's instances (:mod:`pipelines.speed.placement`):
 longest processing time first, on measured costs when a run left them, else estimated from
 the topology; stage depths give the start order."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.examples.flights.topology import build_topology as flights_topology
-from pipelines.placement import (
+from pipelines.speed.placement import (
     estimated_costs, load_costs, measured_costs, place_subtopologies, save_costs, stage_depths,
 )
 from speed_layer import Consumed, Serdes, StreamsBuilder, TimeWindows, Topology

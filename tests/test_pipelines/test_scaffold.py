@@ -1,4 +1,4 @@
-"""``duet init``'s scaffold (:mod:`pipelines.scaffold`): the project it writes loads through
+"""``duet init``'s scaffold (:mod:`pipelines.cli.scaffold`): the project it writes loads through
 ``[tool.duet]``, validates, passes its own tests, and its sample gives the same views in the
 speed layer (TopologyTestDriver, arrival order, out-of-order readings) and the batch layer.
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 from pipelines.preflight import UserError
-from pipelines.resolve import PIPELINE_ENV, resolve_pipeline
-from pipelines.scaffold import TEMPLATES, init_project, pipeline_name_from
+from pipelines.declaration.resolve import PIPELINE_ENV, resolve_pipeline
+from pipelines.cli.scaffold import TEMPLATES, init_project, pipeline_name_from
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ["pyproject.toml", "README.md", ".gitignore", "{p}/__init__.py", "{p}/sample.py", "tests/test_{p}.py"]
@@ -168,7 +168,7 @@ def test_sample_views_agree_between_speed_and_batch(spark: Any, tmp_path: Path, 
     order (out-of-order ones included), give exactly the batch layer's views (value JSON text
     and timestamp of every window and every site), and both dead-letter the same 3 records."""
     from batch_layer.run import run_batch
-    from pipelines.load import encode_value
+    from pipelines.produce.load import encode_value
     from speed_layer import Serdes
     from speed_layer.testing import TopologyTestDriver
 

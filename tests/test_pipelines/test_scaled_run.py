@@ -22,8 +22,8 @@ YEAR_2014_MS = 1388534400000  # 2014-01-01T00:00Z
 def test_two_small_years_on_two_instances_agree(kafka_bootstrap: str, spark: object, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
-    from pipelines.main_job import RunOptions, run_main_job
-    from pipelines.steps import input_record_count, reset_pipeline
+    from pipelines.job.main_job import RunOptions, run_main_job
+    from pipelines.job.steps import input_record_count, reset_pipeline
 
     root = tmp_path / "lake"
     lake = flights.lake(root)
@@ -37,7 +37,7 @@ def test_two_small_years_on_two_instances_agree(kafka_bootstrap: str, spark: obj
     summary = run_main_job(flights, kafka_bootstrap, RunOptions(lake=lake, load=False, instances=2),
                            spark_factory=lambda: spark)
     assert summary.speed.instances == 2
-    # each stage whole on one instance (pipelines.placement); its cost measured for the next run
+    # each stage whole on one instance (pipelines.speed.placement); its cost measured for the next run
     assert sorted(sid for subs in summary.speed.placement for sid in subs) == [0, 1, 3, 4], summary.speed.placement
     assert set(summary.speed.subtopology_seconds) == {0, 1, 3, 4}
     # the group left to split the source stage over both instances dropped 34,963 records

@@ -1,5 +1,5 @@
 """The sample at scale (``duet load --years N``): the generic copies of any pipeline
-(:func:`pipelines.sample_data.scaled_sample`, ``Pipeline.sample_copy``) and the flights'
+(:func:`pipelines.declaration.sample_data.scaled_sample`, ``Pipeline.sample_copy``) and the flights'
 copies (:func:`pipelines.examples.flights.data.flight_copy_records`). No broker."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pipelines.examples.flights.data import (
     table_records,
 )
 from pipelines.examples.shop import pipeline as shop
-from pipelines.pipeline import Pipeline, PipelineError, Sample, SourceRecord
-from pipelines.sample_data import scaled_sample
+from pipelines.declaration.pipeline import Pipeline, PipelineError, Sample, SourceRecord
+from pipelines.declaration.sample_data import scaled_sample
 
 NY = ZoneInfo("America/New_York")
 MIN = 60_000

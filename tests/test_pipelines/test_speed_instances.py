@@ -1,5 +1,5 @@
 """The speed layer as N processes of one application (``--instances N``,
-:mod:`pipelines.speed_instances`): the supervisor's pieces in process, then ``duet speed
+:mod:`pipelines.speed.instances`): the supervisor's pieces in process, then ``duet speed
 --instances 2 --follow`` as a user runs it on a ``duet init`` project against the session's
 broker: Ctrl-C in ``duet run``'s speed phase stops every instance (one line, exit 130), and
 an instance of ``duet speed --follow`` killed with SIGKILL fails the command naming it and its
@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from pipelines.cli import app
 from pipelines.examples.flights import pipeline as flights
-from pipelines.pipeline import PipelineError
-from pipelines.speed_instances import merge_results, pipeline_reference
+from pipelines.declaration.pipeline import PipelineError
+from pipelines.speed.instances import merge_results, pipeline_reference
 
 
 # --------------------------------------------------------------------------- in process
@@ -56,8 +56,8 @@ def test_stop_returns_once_each_instance_has_exited_and_reported(tmp_path: Path)
     for an end of pipe its own reader had already taken, 5 s per instance."""
     import json
 
-    from pipelines.placement import place_subtopologies
-    from pipelines.speed_instances import InstanceGroup, _Instance, _read_lines
+    from pipelines.speed.placement import place_subtopologies
+    from pipelines.speed.instances import InstanceGroup, _Instance, _read_lines
 
     group = InstanceGroup(flights, "127.0.0.1:1", "app", tmp_path, place_subtopologies(flights.build_topology(), 2))
     final = {"event": "final", "processed": 3, "metrics": {}, "late": [], "late_windows": {}, "cpu_s": 0.1}
@@ -106,7 +106,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> t
 
 
 def _children(pid: int) -> list[int]:
-    """The speed-layer instances ``pid`` started (``python -m pipelines.speed_instance``)."""
+    """The speed-layer instances ``pid`` started (``python -m pipelines.speed.instance``)."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -116,7 +116,7 @@ def _children(pid: int) -> list[int]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and b"-m pipelines.speed_instance " in cmd:
+        if ppid == pid and b"-m pipelines.speed.instance " in cmd:
             out.append(int(entry.name))
     return sorted(out)
 

@@ -243,7 +243,7 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
     pid, and the service goes on counting on that state. The same for the folders of an
     ``--instances N`` run (``<app id>-i<k>/<app id>/.lock``): a live instance's is kept (here
     held by this process), a finished one's deleted."""
-    from pipelines.steps import reset_pipeline, state_root
+    from pipelines.job.steps import reset_pipeline, state_root
     from speed_layer.runtime.restore import StateDirectory
 
     monkeypatch.setenv("DUET_HOME", str(service.state.parent))  # the service's state folder is the state root
@@ -260,7 +260,7 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
     finished.unlock()
     finished_instance.unlock()
     try:
-        with caplog.at_level(logging.WARNING, logger="pipelines.steps"):
+        with caplog.at_level(logging.WARNING, logger="pipelines.job.steps"):
             reset_pipeline(service.pipeline, None, tmp_path / "lake")
         assert live_instance.task_dir("0_0").is_dir() and live_instance.holder() == f"this process (pid {os.getpid()})"
     finally:
@@ -290,8 +290,8 @@ def test_a_reset_is_refused_while_the_service_runs(service: Service, tmp_path: P
     import subprocess
     import sys
 
-    from pipelines.live_groups import PipelineRunning
-    from pipelines.steps import reset_pipeline
+    from pipelines.speed.live_groups import PipelineRunning
+    from pipelines.job.steps import reset_pipeline
     from speed_layer.admin import group_members
     from speed_service_kit import HERE
 
@@ -349,7 +349,7 @@ def test_sigterm_stops_the_service_with_one_line(service: Service) -> None:
 
 
 def test_once_the_service_stopped_the_reset_deletes_its_topics(service: Service, tmp_path: Path) -> None:
-    from pipelines.steps import reset_pipeline
+    from pipelines.job.steps import reset_pipeline
 
     assert service.proc.poll() is not None, "the service still runs"
     reset_pipeline(service.pipeline, service.bootstrap, tmp_path / "lake")
@@ -357,8 +357,8 @@ def test_once_the_service_stopped_the_reset_deletes_its_topics(service: Service,
 
 
 def test_serve_speed_runs_a_feed_and_stops_on_its_event(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from pipelines.replay import ReplayStats
-    from pipelines.speed_server import serve_speed
+    from pipelines.produce.replay import ReplayStats
+    from pipelines.speed.server import serve_speed
 
     tag = uuid.uuid4().hex[:6]
     prefix, name = f"t-speed-feed-{tag}", f"feed_{tag}"
@@ -392,7 +392,7 @@ def test_serve_speed_runs_a_feed_and_stops_on_its_event(kafka_bootstrap: str, tm
 
 def test_an_address_in_use_is_one_line(kafka_bootstrap: str) -> None:
     from pipelines.preflight import UserError
-    from pipelines.speed_server import SpeedService, parse_server
+    from pipelines.speed.server import SpeedService, parse_server
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from datetime import date
 from pathlib import Path
 
 from pipelines.examples.flights.topology import DLQ_TOPIC, STREAMS_CONFIG, build_topology
-from pipelines.pipeline import Highlights, Partitioning, Pipeline, Sample, Source, View
+from pipelines.declaration.pipeline import Highlights, Partitioning, Pipeline, Sample, Source, View
 
 __all__ = ["pipeline", "sample", "sample_copy", "busiest_hours"]
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.pipeline import SourceRecord
+from pipelines.declaration.pipeline import SourceRecord
 
 __all__ = [
     "SourceRecord",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pipelines.examples.shop.data import MAX_PRICE_CENTS, MIN_PRICE_CENTS, START, ShopConfig
 from pipelines.examples.shop.topology import DLQ_TOPIC, INPUT_TOPICS, STREAMS_CONFIG, build_topology
-from pipelines.pipeline import Highlights, Partitioning, Pipeline, Sample, Source, View
+from pipelines.declaration.pipeline import Highlights, Partitioning, Pipeline, Sample, Source, View
 
 __all__ = ["pipeline", "sample", "top_categories"]
 

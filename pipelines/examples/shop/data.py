@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.pipeline import SourceRecord
+from pipelines.declaration.pipeline import SourceRecord
 
 __all__ = ["ShopConfig", "ShopData", "START", "START_MS", "DAY_MS", "CATEGORIES", "generate", "shop_data"]
 

@@ -1,4 +1,4 @@
-"""What a pipeline declaration reads off its topology (:mod:`pipelines.pipeline` validates a
+"""What a pipeline declaration reads off its topology (:mod:`pipelines.declaration.pipeline` validates a
 declaration against it): the user topics it reads and writes, and the stores an aggregation
 writes (the stores duet can serve as views, with their windows)."""
 

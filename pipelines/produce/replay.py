@@ -15,7 +15,7 @@ stream, and records are dropped as late mostly when their own delay pushes them 
 window's grace.
 
 The sample's tables are produced first, before the speed layer starts
-(:func:`pipelines.load.produce_tables`), as :func:`pipelines.load.load` does.
+(:func:`pipelines.produce.load.produce_tables`), as :func:`pipelines.produce.load.load` does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.pipeline import Sample, SourceRecord
+from pipelines.declaration.pipeline import Sample, SourceRecord
 from pipelines.progress import NullReporter, Reporter
 
 __all__ = ["ReplayStats", "Feed", "sample_feed", "replay_events"]
@@ -66,7 +66,7 @@ Feed = Callable[[Callable[[], int], Callable[[], bool]], ReplayStats]
 def sample_feed(bootstrap: str, sample: Sample, reporter: Reporter | None = None) -> Feed:
     """The feed that replays ``sample``'s events live into ``bootstrap``
     (:func:`replay_events`, its progress on ``reporter``); its tables are produced first,
-    by :func:`pipelines.load.produce_tables`."""
+    by :func:`pipelines.produce.load.produce_tables`."""
 
     def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
         return replay_events(bootstrap, sample.events, processed, sync, reporter=reporter, total=sample.event_count())
@@ -117,7 +117,7 @@ def replay_events(
         LoadError: if an event is not delivered.
         TimeoutError: if a sync times out.
     """
-    from pipelines.load import LoadError, encode_value, source_producer
+    from pipelines.produce.load import LoadError, encode_value, source_producer
 
     rep = reporter or NullReporter()
     if isinstance(events, Sized):

@@ -1,6 +1,6 @@
 """One process of the speed layer's application under ``duet run --instances N`` / ``duet
-speed --instances N``: the child side of :mod:`pipelines.speed_instances`, which spawns it
-as ``python -m pipelines.speed_instance``.
+speed --instances N``: the child side of :mod:`pipelines.speed.instances`, which spawns it
+as ``python -m pipelines.speed.instance``.
 
 It builds the pipeline's topology on its own ``KafkaStreams`` (its own state folder, the
 run's ``application.id``, its sub-topologies in the streams config's
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.speed_service import SpeedLayerFailed
+from pipelines.speed.service import SpeedLayerFailed
 
 __all__ = ["main", "REPORT_EVERY_S", "CLOSE_TIMEOUT_S"]
 
@@ -36,10 +36,10 @@ CLOSE_TIMEOUT_S = 45.0
 
 
 def main(argv: list[str]) -> int:
-    """One instance (``python -m pipelines.speed_instance ...``): run the streams, report on
+    """One instance (``python -m pipelines.speed.instance ...``): run the streams, report on
     stdout (JSON lines), stop on ``stop`` or EOF on stdin, or SIGTERM. Returns the exit
     code: 0, 1 when the speed layer failed, 2 when ``--pipeline`` is not pipeline ``--name``."""
-    ap = argparse.ArgumentParser(prog="python -m pipelines.speed_instance")
+    ap = argparse.ArgumentParser(prog="python -m pipelines.speed.instance")
     ap.add_argument("--pipeline", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--bootstrap", required=True)
@@ -80,8 +80,8 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    from pipelines.resolve import load_pipeline
-    from pipelines.speed_service import runtime_late_records, runtime_late_windows, streams_config, wait_caught_up
+    from pipelines.declaration.resolve import load_pipeline
+    from pipelines.speed.service import runtime_late_records, runtime_late_windows, streams_config, wait_caught_up
     from speed_layer import KafkaStreams
 
     pipeline = load_pipeline(a.pipeline)

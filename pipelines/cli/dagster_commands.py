@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pipelines.cli_support import (
+from pipelines.cli.support import (
     BOOTSTRAP_ENV, BootstrapOpt, LakeOpt, Phases, PipelineOpt, YesOpt, app, cluster, confirm_deletion,
     external_bootstrap, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging,
     user_errors,
@@ -52,10 +52,10 @@ def ui(
     cluster. Nothing is deleted unless --load is given. Runs until Ctrl-C; the runs it
     launches use that broker and the lake."""
     setup_logging(verbose)
-    from pipelines.live_groups import check_not_running
+    from pipelines.speed.live_groups import check_not_running
     from pipelines.preflight import UserError, check_port_free
-    from pipelines.resolve import EXAMPLE_PIPELINES, PIPELINE_ENV, find_project, load_pipeline
-    from pipelines.steps import resolve_lake
+    from pipelines.declaration.resolve import EXAMPLE_PIPELINES, PIPELINE_ENV, find_project, load_pipeline
+    from pipelines.job.steps import resolve_lake
 
     console = make_console()
     phases = Phases("ui", console, first="start")
@@ -128,9 +128,9 @@ def _existing_topics(pipeline: Any, servers: str) -> list[str]:
 def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int | None, scale: int, console: Any,
                     phases: Phases) -> None:
     """``duet ui --load``: reset each pipeline's topics and lake tables, load ``scale`` copies
-    of its sample data (recorded for the partitions, :mod:`pipelines.loaded`)."""
-    from pipelines.loaded import record_loaded
-    from pipelines.steps import ensure_pipeline_topics, load_data, reset_pipeline
+    of its sample data (recorded for the partitions, :mod:`pipelines.lake.loaded`)."""
+    from pipelines.lake.loaded import record_loaded
+    from pipelines.job.steps import ensure_pipeline_topics, load_data, reset_pipeline
 
     for pipeline in pipelines:
         phases.enter("reset")
@@ -151,7 +151,7 @@ def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: 
     folder fail until it ends."""
     from rich.markup import escape
 
-    from pipelines.lake_lock import lock_holder
+    from pipelines.lake.lock import lock_holder
 
     for pipeline in pipelines:
         folder = pipeline.lake(root)
@@ -174,7 +174,7 @@ def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: P
     import signal
     import subprocess
 
-    from pipelines.dagster_home import ensure_dagster_home
+    from pipelines.dagster.home import ensure_dagster_home
 
     home = ensure_dagster_home()
     env = {**os.environ, BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home),
@@ -237,8 +237,8 @@ def backfill(
     import time
 
     from pipelines.dagster import partitions_def, view_asset_key
-    from pipelines.dagster_client import DagsterClient
-    from pipelines.loaded import loaded_pipeline
+    from pipelines.dagster.client import DagsterClient
+    from pipelines.lake.loaded import loaded_pipeline
     from pipelines.preflight import UserError
 
     console = make_console()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from pipelines.main_job import RunSummary
+    from pipelines.job.main_job import RunSummary
 
 __all__ = ["print_summary"]
 

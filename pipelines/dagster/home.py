@@ -3,7 +3,7 @@
 ``<duet_home>/dagster/dagster.yaml`` disables telemetry (otherwise ``dagster dev`` tries to
 reach Dagster's telemetry host). Use it from a shell::
 
-    export DAGSTER_HOME=$(.venv/bin/python -m pipelines.dagster_home)
+    export DAGSTER_HOME=$(.venv/bin/python -m pipelines.dagster.home)
     .venv/bin/dagster dev -w workspace.yaml
 """
 

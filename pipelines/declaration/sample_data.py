@@ -2,7 +2,7 @@
 at scale: N copies of it (:func:`scaled_sample`), read lazily.
 
 ``duet load --scale N`` (alias ``--years N``) and ``duet run --scale N`` load copies 0 ..
-N-1 of the pipeline's ``sample_copy`` (:class:`pipelines.pipeline.Pipeline`): copy 0 is the
+N-1 of the pipeline's ``sample_copy`` (:class:`pipelines.declaration.pipeline.Pipeline`): copy 0 is the
 sample, copy ``k`` the same events ``k`` periods of the sample later with keys of its own.
 Nothing here knows what a copy holds; the flights' copies are
 :func:`pipelines.examples.flights.data.flight_copy_records`.

@@ -1,7 +1,7 @@
-"""The main job ``duet run`` of any :class:`~pipelines.pipeline.Pipeline`, as plain functions
+"""The main job ``duet run`` of any :class:`~pipelines.declaration.pipeline.Pipeline`, as plain functions
 the CLI and the Dagster assets both call.
 
-Phases (each a function of :mod:`pipelines.steps` or :mod:`pipelines.serving_steps`, holding
+Phases (each a function of :mod:`pipelines.job.steps` or :mod:`pipelines.job.serving_steps`, holding
 no layer logic of its own):
 
 1. :func:`reset_pipeline`: delete the pipeline's topics and the lake tables of earlier runs;
@@ -9,9 +9,9 @@ no layer logic of its own):
 2. Load the pipeline's sample data into Kafka (when it declares one; else the speed layer
    runs on what the topics hold). Default (``backlog=True``, the faster): everything first
    (:func:`load_data`), then the speed layer catches up on it. With ``backlog=False``, a
-   live replay: the tables first (:func:`pipelines.load.produce_tables`), then, while the
+   live replay: the tables first (:func:`pipelines.produce.load.produce_tables`), then, while the
    speed layer runs, the events in arrival order at the speed layer's pace
-   (:func:`pipelines.replay.replay_events`; the module explains why).
+   (:func:`pipelines.produce.replay.replay_events`; the module explains why).
 3. :func:`run_speed`: the topology on ``speed_layer.KafkaStreams`` until every input
    record is consumed (a fresh ``application.id`` per run).
 4. :func:`ingest`: every topic into ``<lake>/raw/<topic>`` (batch_layer.ingest).
@@ -48,20 +48,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pipelines.load import produce_tables
-from pipelines.loaded import record_loaded
-from pipelines.pipeline import Highlights, Pipeline
+from pipelines.produce.load import produce_tables
+from pipelines.lake.loaded import record_loaded
+from pipelines.declaration.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter, load_progress
-from pipelines.replay import Feed, sample_feed
-from pipelines.serving_steps import (
+from pipelines.produce.replay import Feed, sample_feed
+from pipelines.job.serving_steps import (
     compare_layers,
     publish_views,
     read_batch_views,
     read_speed_views,
     run_checks,
 )
-from pipelines.speed_service import SpeedStats
-from pipelines.steps import (
+from pipelines.speed.service import SpeedStats
+from pipelines.job.steps import (
     BatchStats,
     ensure_pipeline_topics,
     ingest,
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 #: the job and its summary; each phase is imported from where it is defined
-#: (``pipelines.steps``, ``pipelines.serving_steps``)
+#: (``pipelines.job.steps``, ``pipelines.job.serving_steps``)
 __all__ = ["RunOptions", "RunSummary", "run_main_job", "summary_dict"]
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,9 @@ class RunOptions:
         backlog: load everything before the speed layer starts, which then catches up on a
             backlog (the default: faster than a live replay, and the stream thread keeps the
             backlog in timestamp order through the repartition topics); ``False``: a live
-            replay at the speed layer's pace (see :mod:`pipelines.replay`).
+            replay at the speed layer's pace (see :mod:`pipelines.produce.replay`).
         speed_timeout_s: give up when the speed layer is not caught up after this long.
-        instances: processes of the speed layer's application (:mod:`pipelines.speed_instances`;
+        instances: processes of the speed layer's application (:mod:`pipelines.speed.instances`;
             ``duet run`` defaults to 1); a live replay (``backlog=False``) runs one.
     """
 

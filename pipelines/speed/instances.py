@@ -4,7 +4,7 @@ its GIL.
 
 Each instance is a child process running the pipeline's topology on its own ``KafkaStreams``
 (its own state folder) under the run's ``application.id``. Each runs whole sub-topologies,
-placed by their cost (:mod:`pipelines.placement`, the streams config
+placed by their cost (:mod:`pipelines.speed.placement`, the streams config
 ``instance.subtopologies``): the consumer group gives it their tasks, and the instances run
 the pipeline's stages side by side (docs/instances.md). This process only supervises:
 
@@ -20,17 +20,17 @@ the pipeline's stages side by side (docs/instances.md). This process only superv
   the instances are told to stop, given a few seconds, then killed; an instance whose
   supervisor is gone stops by itself (its stdin is closed).
 * **A dead instance** (an exit before it was told to stop, or a failed client) fails the
-  run: :class:`pipelines.speed_service.SpeedLayerFailed` names it, its exit code and the end
+  run: :class:`pipelines.speed.service.SpeedLayerFailed` names it, its exit code and the end
   of its log; the others are stopped.
 * **Results**: at the end each instance sends its metrics, the records it dropped as late
-  and the windows they missed; the run's :class:`~pipelines.speed_service.SpeedStats` holds
+  and the windows they missed; the run's :class:`~pipelines.speed.service.SpeedStats` holds
   their sums and unions (what the agreement of speed and batch excludes).
 
 The views the main job compares and serves are read from the view output topics, which
 every instance writes: nothing changes for them. Interactive queries (``duet speed --follow
 --server``) read the local stores of one instance and forward a key to its owner.
 
-An instance (:mod:`pipelines.speed_instance`, its own process) imports the pipeline by
+An instance (:mod:`pipelines.speed.instance`, its own process) imports the pipeline by
 reference (:func:`pipeline_reference`): a pipeline must be a module attribute (any
 declaration ``duet`` resolves is).
 """
@@ -52,11 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pipelines.pipeline import Pipeline, PipelineError
-from pipelines.placement import Placement, load_costs, place_subtopologies
+from pipelines.declaration.pipeline import Pipeline, PipelineError
+from pipelines.speed.placement import Placement, load_costs, place_subtopologies
 from pipelines.progress import NullReporter, Reporter
-from pipelines.speed_instance import REPORT_EVERY_S
-from pipelines.speed_service import LateRecord, SpeedLayerFailed, SpeedStats
+from pipelines.speed.instance import REPORT_EVERY_S
+from pipelines.speed.service import LateRecord, SpeedLayerFailed, SpeedStats
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _read_lines(out: IO[bytes], into: queue.Queue[dict[str, Any] | None]) -> Non
 def _child_env() -> dict[str, str]:
     """The environment of an instance: this one, with the folders the pipeline was imported
     from (the package, a ``duet init`` project) first on ``PYTHONPATH``."""
-    from pipelines.resolve import project_roots
+    from pipelines.declaration.resolve import project_roots
 
     roots = [str(Path(__file__).resolve().parents[1]), *(str(p) for p in project_roots())]
     previous = os.environ.get("PYTHONPATH", "")
@@ -175,7 +175,7 @@ class InstanceGroup:
 
         They start by stage depth (:attr:`Placement.depths`): an instance once those running
         the stages upstream of it run, so that it begins on a backlog of their output
-        (:mod:`pipelines.placement` says why).
+        (:mod:`pipelines.speed.placement` says why).
 
         Raises:
             TimeoutError: an instance was not ready, or an upstream one not running, within
@@ -188,7 +188,7 @@ class InstanceGroup:
             state_dir.mkdir(parents=True, exist_ok=True)
             log = state_dir / "instance.log"
             extra = {**self.extra, "instance.subtopologies": list(self.placement.instances[i])}
-            cmd = [sys.executable, "-m", "pipelines.speed_instance", "--pipeline", self.reference,
+            cmd = [sys.executable, "-m", "pipelines.speed.instance", "--pipeline", self.reference,
                    "--name", self.pipeline.name, "--bootstrap", self.bootstrap, "--application-id",
                    self.application_id, "--state-dir", str(state_dir), "--extra", json.dumps(extra)]
             if self.verbose:

@@ -6,7 +6,7 @@ example topology (sensor readings joined with a sensors table, a windowed and a 
 its declaration and deterministic sample data, tests with the ``TopologyTestDriver``, a README
 and a ``.gitignore``.
 
-The files are the templates in ``pipelines/templates/project`` (shipped as package data),
+The files are the templates in ``pipelines/cli/templates/project`` (shipped as package data),
 where ``{{name}}`` is the pipeline name and ``{{package}}`` the module (``<name>_pipeline``);
 plain text substitution, no template engine.
 """
@@ -21,13 +21,13 @@ from pipelines.preflight import UserError
 
 __all__ = ["init_project", "pipeline_name_from", "check_name", "TEMPLATES"]
 
-#: a pipeline name (as :class:`pipelines.pipeline.Pipeline` allows), at most 64 characters
+#: a pipeline name (as :class:`pipelines.declaration.pipeline.Pipeline` allows), at most 64 characters
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 #: names the new project cannot take: its package would be the project's own dependency
 _RESERVED = frozenset({"duet"})
 _ALLOWED = "lower-case letters, digits and '_', starting with a letter, at most 64 characters (e.g. 'sensors')"
 
-#: ``(template, file written)``: templates under ``pipelines/templates/project``; the written
+#: ``(template, file written)``: templates under ``pipelines/cli/templates/project``; the written
 #: path is formatted with ``package`` (``<name>_pipeline``)
 TEMPLATES: tuple[tuple[str, str], ...] = (
     ("pyproject.toml.tmpl", "pyproject.toml"),
@@ -98,7 +98,7 @@ def init_project(path: Path, name: str | None = None, *, force: bool = False) ->
         raise UserError(f"{root} is not empty: give a new folder, or pass --force to write the project's files "
                         f"into it (files of the same names are overwritten)")
     package = f"{name}_pipeline"
-    source = resources.files("pipelines") / "templates" / "project"
+    source = resources.files("pipelines.cli") / "templates" / "project"
     # render every file before writing any: nothing half-written when a template is missing
     files = [(root / target.format(package=package), _render((source / template).read_text(encoding="utf-8"), name))
              for template, target in TEMPLATES]

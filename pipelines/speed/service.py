@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from serving.views.model import ViewSpec
-    from pipelines.pipeline import Pipeline
-    from pipelines.replay import ReplayStats
+    from pipelines.declaration.pipeline import Pipeline
+    from pipelines.produce.replay import ReplayStats
     from speed_layer import KafkaStreams
 
 __all__ = [
@@ -177,9 +177,9 @@ class SpeedStats:
             seconds): from a chunk's delivery to Kafka to the speed layer having processed
             it; empty in backlog mode.
         mode: ``"replay"`` (live stream at the speed layer's pace) or ``"backlog"``.
-        instances: processes of the application that ran it (:mod:`pipelines.speed_instances`).
+        instances: processes of the application that ran it (:mod:`pipelines.speed.instances`).
         placement: with several instances, the sub-topology ids each ran
-            (:mod:`pipelines.placement`); empty with one.
+            (:mod:`pipelines.speed.placement`); empty with one.
         subtopology_seconds: seconds each sub-topology's tasks were active (processing and
             committing), summed over tasks and instances: the costs of the next placement.
         dropped_late: records (per window) dropped as late by the aggregations.
@@ -242,8 +242,8 @@ def wait_caught_up(
             on_tick()
 
 
-#: A live replay of the speed layer (``feed`` of :func:`pipelines.steps.run_speed` and
-#: :func:`pipelines.speed_server.serve_speed`): called with the processed-records counter and
+#: A live replay of the speed layer (``feed`` of :func:`pipelines.job.steps.run_speed` and
+#: :func:`pipelines.speed.server.serve_speed`): called with the processed-records counter and
 #: a function waiting until the streams have caught up; produces more input and returns its stats.
 Feed = Callable[[Callable[[], int], Callable[[], bool]], "ReplayStats"]
 

@@ -2,7 +2,7 @@
 (in one pass over them, whatever their topics: a lazy sample, such as N copies of the flights,
 is produced as it is generated, never held in memory).
 
-Topics are created as the pipeline declares them (:func:`pipelines.steps.source_topic_specs`).
+Topics are created as the pipeline declares them (:func:`pipelines.job.steps.source_topic_specs`).
 Every record is produced with the Java client's default partitioner (``murmur2_random``), its
 key as UTF-8, its value as compact JSON (``bytes`` values as they are) and its timestamp (UTC
 ms) as the record's CreateTime.
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from pipelines.pipeline import Pipeline, Sample, SourceRecord
+from pipelines.declaration.pipeline import Pipeline, Sample, SourceRecord
 from speed_layer.admin import client_config, ensure_topics
 
 __all__ = ["load", "produce_tables", "produce_records", "produce_events", "encode_value", "source_producer", "LoadError", "PRODUCER_CONFIG"]
@@ -194,13 +194,13 @@ def produce_tables(
     """Create the pipeline's topics if needed (all of them: the events' too) and produce
     ``sample``'s tables into them, in the order the sample declares them, each flushed before
     the next. ``progress`` and ``prefix`` as in :func:`load`. Returns ``{table: records}``
-    (keys without the prefix). A live replay (:mod:`pipelines.replay`) produces the tables
+    (keys without the prefix). A live replay (:mod:`pipelines.produce.replay`) produces the tables
     this way before the speed layer starts, then feeds the events at its pace.
 
     Raises:
         LoadError: a record was not delivered.
     """
-    from pipelines.steps import source_topic_specs
+    from pipelines.job.steps import source_topic_specs
 
     ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
     with source_producer(bootstrap) as producer:

@@ -4,7 +4,7 @@ Commands: ``run`` (the main job), ``load``, ``speed``, ``batch``, ``serve``, ``q
 ``backfill``, ``init``.
 Every command but ``init`` works on one pipeline (:class:`pipelines.Pipeline`): ``--pipeline
 module:attribute``, else ``$DUET_PIPELINE``, else ``[tool.duet] pipeline`` in the nearest
-``pyproject.toml``, else the flights example (:mod:`pipelines.resolve`).
+``pyproject.toml``, else the flights example (:mod:`pipelines.declaration.resolve`).
 Kafka: ``--bootstrap``,
 else ``$KAFKA_BOOTSTRAP_SERVERS``, else an embedded Apache Kafka broker started and stopped by
 the command (it starts empty, so ``speed`` and ``batch`` load the data into it first). The
@@ -25,7 +25,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pipelines.cli_support import (
+from pipelines.cli.support import (
     BackgroundSpark, BootstrapOpt, InstancesOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, ScaleOpt, app,
     cluster, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
     user_errors,
@@ -69,8 +69,8 @@ def run(
     is kept).
     """
     setup_logging(verbose)
-    from pipelines.main_job import RunOptions, run_main_job
-    from pipelines.summary import print_summary
+    from pipelines.job.main_job import RunOptions, run_main_job
+    from pipelines.job.summary import print_summary
 
     console = make_console(stderr=json_out)
     phases = Phases("run", console)
@@ -159,8 +159,8 @@ def load(
     Appends: loading twice produces every record twice. Holds the pipeline's lake lock while
     it loads (`duet run` resets these topics), though it writes no table."""
     setup_logging(verbose)
-    from pipelines.loaded import record_loaded
-    from pipelines.steps import load_data
+    from pipelines.lake.loaded import record_loaded
+    from pipelines.job.steps import load_data
 
     console = make_console()
     phases = Phases("load", console, first="load")
@@ -223,10 +223,10 @@ def speed(
     one process (start one `duet speed --follow --server` per instance: they share the
     application id and forward each key's query to its owner)."""
     setup_logging(verbose)
-    from pipelines.steps import ensure_pipeline_topics, load_data, run_speed
-    from pipelines.load import produce_tables
+    from pipelines.job.steps import ensure_pipeline_topics, load_data, run_speed
+    from pipelines.produce.load import produce_tables
     from pipelines.progress import load_progress
-    from pipelines.replay import Feed, sample_feed
+    from pipelines.produce.replay import Feed, sample_feed
 
     del lake  # the speed layer writes Kafka topics and local state only
     console = make_console()
@@ -234,7 +234,7 @@ def speed(
     with interrupts("speed", lambda: _speed_kept(phases)), user_errors("speed", verbose):
         pipeline, _ = pipeline_and_lake(pipeline_ref, None)
         from pipelines.preflight import UserError
-        from pipelines.speed_server import parse_server, serve_speed
+        from pipelines.speed.server import parse_server, serve_speed
 
         if server is not None and not follow:
             raise UserError("--server runs the speed layer as a service: add --follow")
@@ -307,8 +307,8 @@ def batch(
     with user_errors("batch", verbose):  # a bad master / Connect URL fails here, before a broker starts
         resolve_target(master)
         pipeline, root = pipeline_and_lake(pipeline_ref, lake)
-    from pipelines.steps import ensure_pipeline_topics, ingest, load_data, run_batch_layer
-    from pipelines.serving_steps import publish_views, read_batch_views, read_speed_views, run_checks
+    from pipelines.job.steps import ensure_pipeline_topics, ingest, load_data, run_batch_layer
+    from pipelines.job.serving_steps import publish_views, read_batch_views, read_speed_views, run_checks
 
     console = make_console()
     phases = Phases("batch", console)
@@ -470,7 +470,7 @@ def init(
     """Scaffold a new pipeline project: a module with an example topology, its views and
     expectations, sample data, a test with the TopologyTestDriver, and a `[tool.duet]` entry.
     It runs as created: `cd PATH && duet run`."""
-    from pipelines.scaffold import init_project
+    from pipelines.cli.scaffold import init_project
 
     console = make_console()
     with user_errors("init"):
@@ -482,7 +482,7 @@ def init(
     console.print(f"next: [bold]cd {path} && duet run[/] (then `duet serve`, `duet ui`, `pytest`)")
 
 
-from pipelines import cli_dagster  # noqa: E402,F401 - registers ui and backfill on the app
+import pipelines.cli.dagster_commands  # noqa: E402,F401 - registers ui and backfill on the app
 
 
 def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``

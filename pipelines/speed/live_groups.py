@@ -3,7 +3,7 @@
 Kafka's ``kafka-streams-application-reset`` refuses to reset an application whose consumer
 group still has active members ("Consumer group ... is still active"): deleting the topics
 under a running application breaks it. :func:`check_not_running` does the same for
-:func:`pipelines.steps.reset_pipeline`, over every application of the pipeline: ``duet
+:func:`pipelines.job.steps.reset_pipeline`, over every application of the pipeline: ``duet
 speed``'s (``duet-<name>-service``) and each ``duet run``'s (``duet-<name>-run-*``, a
 ``duet speed --fresh`` or ``--server`` too). An application started under another
 ``--application-id`` is not seen.
@@ -11,7 +11,7 @@ speed``'s (``duet-<name>-service``) and each ``duet run``'s (``duet-<name>-run-*
 
 from __future__ import annotations
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 from pipelines.preflight import UserError
 
 __all__ = ["PipelineRunning", "pipeline_groups", "check_not_running", "GROUP_TIMEOUT_S"]

@@ -1,7 +1,7 @@
 """The phases of the main job that touch Kafka, the speed layer and the batch layer.
 
-Plain functions called by :mod:`pipelines.main_job`, the CLI and the Dagster assets alike;
-each takes the :class:`~pipelines.pipeline.Pipeline` it works on and holds no layer logic:
+Plain functions called by :mod:`pipelines.job.main_job`, the CLI and the Dagster assets alike;
+each takes the :class:`~pipelines.declaration.pipeline.Pipeline` it works on and holds no layer logic:
 topics, reset, load, speed layer run, ingest, batch. ``lake`` is always the pipeline's own
 folder of the lake (``Pipeline.lake(root)``).
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.loaded import LOADED_FILE
-from pipelines.pipeline import Pipeline
+from pipelines.lake.loaded import LOADED_FILE
+from pipelines.declaration.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter, load_progress
-from pipelines.replay import ReplayStats
-from pipelines.speed_service import (
+from pipelines.produce.replay import ReplayStats
+from pipelines.speed.service import (
     LIVE_REPLAY_CONFIG,
     Feed,
     SpeedStats,
@@ -163,24 +163,24 @@ def _remove_lake_entry(path: Path | str) -> None:
 
 
 def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, *, inputs: bool = True) -> None:
-    """Forget earlier runs of ``pipeline`` (see :mod:`pipelines.main_job`).
+    """Forget earlier runs of ``pipeline`` (see :mod:`pipelines.job.main_job`).
 
     Deletes the view output topics, the dead-letter topic, the internal topics and groups of
     earlier ``duet-<name>-run-*`` runs and, with ``inputs``, the input topics; removes this
     pipeline's tables from the lake (``raw/<topic>`` of the deleted topics, ``views/<view>``,
     ``views/_batch.json``, ``serving/<view>``, ``serving/_views.json``, ``quality/<view>.json``,
-    and, when it deletes the input topics, the record of :mod:`pipelines.loaded`)
+    and, when it deletes the input topics, the record of :mod:`pipelines.lake.loaded`)
     and the state folders of earlier runs' speed layers, but not one a running speed layer
     holds (a ``duet speed --follow --fresh``, another ``duet run``'s speed phase: kept, in one
     warning naming its holder). ``bootstrap=None`` resets the lake only.
 
     Raises:
         PipelineRunning: an application of the pipeline is running (its consumer group has
-            active members: :func:`pipelines.live_groups.check_not_running`); nothing deleted.
+            active members: :func:`pipelines.speed.live_groups.check_not_running`); nothing deleted.
         StreamsException: the groups could not be listed or described; nothing deleted.
     """
     from batch_layer.delta.layout import LakeLayout
-    from pipelines.live_groups import check_not_running
+    from pipelines.speed.live_groups import check_not_running
     from speed_layer.admin import delete_topics
 
     lake = Path(lake)
@@ -248,7 +248,7 @@ def load_data(pipeline: Pipeline, bootstrap: str, limit: int | None = None,
         PipelineError: the pipeline declares no sample data (or no ``sample_copy`` and
             ``scale`` > 1).
     """
-    from pipelines.load import load
+    from pipelines.produce.load import load
 
     rep = reporter or NullReporter()
     rep.start("load", None)
@@ -296,11 +296,11 @@ def run_speed(
         feed: called once the streams have caught up with what the topics hold, with the
             speed layer's processed-records counter and a function waiting until it has
             caught up; it produces more input (the live replay of
-            :func:`pipelines.replay.replay_events`) and returns its stats, whose latency
+            :func:`pipelines.produce.replay.replay_events`) and returns its stats, whose latency
             samples (plus the final catch-up) give the end-to-end lag.
         keep_state: keep the state folder of a fresh application id after closing.
-        instances: processes of the application (:mod:`pipelines.speed_instances`: each
-            runs whole sub-topologies placed by cost, :mod:`pipelines.placement`; caught up
+        instances: processes of the application (:mod:`pipelines.speed.instances`: each
+            runs whole sub-topologies placed by cost, :mod:`pipelines.speed.placement`; caught up
             when the group is; one progress). 1: the streams run in this process. More than
             1 cannot take a ``feed``. Every run keeps its sub-topologies' measured costs for
             the next placement.
@@ -314,7 +314,7 @@ def run_speed(
             and the end of its log in the message).
         ValueError: ``instances`` > 1 with a ``feed``.
     """
-    from pipelines.placement import measured_costs, save_costs
+    from pipelines.speed.placement import measured_costs, save_costs
     from speed_layer import KafkaStreams
 
     if instances > 1 and feed is not None:
@@ -351,7 +351,7 @@ def run_speed(
                    f"{rate:,.0f} records processed/s{of_instances}")
 
     if instances > 1:
-        from pipelines.speed_instances import run_speed_instances
+        from pipelines.speed.instances import run_speed_instances
 
         metrics = run_speed_instances(
             pipeline, bootstrap, instances, application_id=app_id, root=root, extra=extra, stats=stats,
@@ -507,7 +507,7 @@ def _ship_project_modules() -> None:
     Python workers (which cannot import its modules) run them (cloudpickle)."""
     from pyspark import cloudpickle
 
-    from pipelines.resolve import project_modules
+    from pipelines.declaration.resolve import project_modules
 
     for module in project_modules():
         cloudpickle.register_pickle_by_value(module)

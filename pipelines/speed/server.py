@@ -13,7 +13,7 @@ serves, on a uvicorn thread (FastAPI):
   names (:mod:`speed_layer.runtime.prometheus`, read at each scrape), plus the process'
   own (``process_cpu_seconds_total``...).
 
-The Streams config is a run's (:func:`pipelines.speed_service.streams_config`) plus
+The Streams config is a run's (:func:`pipelines.speed.service.streams_config`) plus
 ``application.server``. SIGINT and SIGTERM stop the service: the streams close (a final
 commit), then the server; :func:`serve_speed` returns what it did and the caller prints
 :meth:`ServedSpeed.line`. A failed client keeps being served (``/health`` says 503 and why)
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request  # at module level: FastAPI resolves the routes' annotations here
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 from pipelines.preflight import UserError
 from pipelines.progress import NullReporter, Reporter
-from pipelines.replay import ReplayStats
-from pipelines.speed_service import (
+from pipelines.produce.replay import ReplayStats
+from pipelines.speed.service import (
     LIVE_REPLAY_CONFIG,
     Feed,
     feed_once_caught_up,
@@ -177,7 +177,7 @@ class SpeedService:
         """
         import uvicorn
 
-        from pipelines.steps import ensure_pipeline_topics, state_root
+        from pipelines.job.steps import ensure_pipeline_topics, state_root
         from speed_layer import KafkaStreams
 
         sock = self._sock = _listen(self.host, self.port)
@@ -351,7 +351,7 @@ def serve_speed(
         state_dir: the state folder (default ``<duet_home>/state``).
         advertised: ``application.server`` when other instances reach this one at another
             address than ``host:port``.
-        feed: as :func:`pipelines.steps.run_speed`'s: once caught up with what the topics hold
+        feed: as :func:`pipelines.job.steps.run_speed`'s: once caught up with what the topics hold
             (within ``timeout_s``), called with the processed-records counter and a catch-up
             wait; it replays more input (the live sample on an embedded broker).
         reporter: phase ``"speed"``: finished once serving, with the URL.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.pipeline import Pipeline, PipelineError
+from pipelines.declaration.pipeline import Pipeline, PipelineError
 
 __all__ = ["DEFAULT_PIPELINE", "EXAMPLE_PIPELINES", "PIPELINE_ENV", "Project", "find_project", "load_pipeline",
            "resolve_pipeline", "project_modules", "project_roots"]

@@ -1,12 +1,12 @@
 """How many copies of its sample data a pipeline's topics hold, recorded in its lake folder.
 
 ``duet load --years N``, ``duet run --years N`` and ``duet ui --load --years N`` produce copies
-``0 .. N-1`` of the sample (:meth:`pipelines.pipeline.Pipeline.sample_data`); the flights'
+``0 .. N-1`` of the sample (:meth:`pipelines.declaration.pipeline.Pipeline.sample_data`); the flights'
 copy ``k`` is year ``2013 + k``. They record N in ``<lake>/<name>/_loaded.json``
 (``{"copies": N}``), and the Dagster definitions give partitions over those copies'
-days (:meth:`pipelines.pipeline.Partitioning.for_copies`, :func:`loaded_pipeline`). Loading
+days (:meth:`pipelines.declaration.pipeline.Partitioning.for_copies`, :func:`loaded_pipeline`). Loading
 appends, so the record keeps the largest N since the last reset of the input topics, which
-removes it (:func:`pipelines.steps.reset_pipeline`). No record: one copy.
+removes it (:func:`pipelines.job.steps.reset_pipeline`). No record: one copy.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 
 __all__ = ["LOADED_FILE", "record_loaded", "loaded_copies", "loaded_pipeline"]
 

@@ -8,7 +8,7 @@ windowed how), so that a declaration stays a few lines, as Dagster's ``Definitio
 Kafka Streams' ``StreamsBuilder`` + config::
 
     from datetime import date
-    from pipelines.pipeline import Partitioning, Pipeline, Source, View
+    from pipelines.declaration.pipeline import Partitioning, Pipeline, Source, View
     from speed_layer import StreamsBuilder, ...
 
     def build() -> Topology: ...           # the topology, written once (speed_layer DSL)
@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from pipelines.sample_data import Sample, SourceRecord, scaled_sample
-from pipelines.topology_reading import servable_stores, sink_topics, source_topics
+from pipelines.declaration.sample_data import Sample, SourceRecord, scaled_sample
+from pipelines.declaration.topology_reading import servable_stores, sink_topics, source_topics
 from speed_layer.topology import Topology
 
 if TYPE_CHECKING:
@@ -505,7 +505,7 @@ class Pipeline(_Declared):
 
         With ``scale`` > 1: copies ``0 .. scale-1`` of ``sample_copy``, each cut to its first
         ``limit`` events (``scale * limit`` events in all), read lazily
-        (:func:`pipelines.sample_data.scaled_sample`).
+        (:func:`pipelines.declaration.sample_data.scaled_sample`).
 
         Raises:
             PipelineError: the pipeline declares no sample data (or no ``sample_copy`` and

@@ -1,4 +1,4 @@
-"""What the ``duet`` commands share (:mod:`pipelines.cli`, :mod:`pipelines.cli_dagster`): the
+"""What the ``duet`` commands share (:mod:`pipelines.cli`, :mod:`pipelines.cli.dagster_commands`): the
 Typer app, the common options, the error boundary (a user's mistake is one line on stderr and
 exit status 2), the Ctrl-C boundary (one line saying what was interrupted and what is kept,
 exit status 130), the phase a long command is in, the lake lock of the commands that write,
@@ -177,7 +177,7 @@ def user_errors(command: str, verbose: bool = False) -> Iterator[None]:
     from rich.markup import escape
 
     from batch_layer.spark import SparkConfigError
-    from pipelines.pipeline import PipelineError
+    from pipelines.declaration.pipeline import PipelineError
     from pipelines.preflight import UserError
     from serving.errors import ServingError
 
@@ -228,8 +228,8 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
     Raises:
         PipelineError: the reference or the declaration is wrong (one line).
     """
-    from pipelines.resolve import resolve_pipeline
-    from pipelines.steps import resolve_lake
+    from pipelines.declaration.resolve import resolve_pipeline
+    from pipelines.job.steps import resolve_lake
 
     pipeline, project = resolve_pipeline(ref)
     return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))
@@ -362,12 +362,12 @@ class BackgroundSpark:
 # --------------------------------------------------------------------------- the lake lock
 @contextlib.contextmanager
 def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
-    """Hold the lake lock (:mod:`pipelines.lake_lock`) of each pipeline folder in ``folders``
-    for the block; the second writer fails with :class:`~pipelines.lake_lock.LakeBusy` (one
+    """Hold the lake lock (:mod:`pipelines.lake.lock`) of each pipeline folder in ``folders``
+    for the block; the second writer fails with :class:`~pipelines.lake.lock.LakeBusy` (one
     line naming the first). A stale lock is taken over with a one-line warning."""
     from rich.markup import escape
 
-    from pipelines.lake_lock import LakeLock, command_line
+    from pipelines.lake.lock import LakeLock, command_line
 
     err = make_console(stderr=True)
 

@@ -1,8 +1,8 @@
 """The phases of the main job on the serving side: read the views of both layers, publish
 the merged views, run the quality suites, compare speed and batch.
 
-Plain functions of a :class:`~pipelines.pipeline.Pipeline` (``views=None``: all of its views),
-called by :mod:`pipelines.main_job`, the CLI and the Dagster assets; ``lake`` is the
+Plain functions of a :class:`~pipelines.declaration.pipeline.Pipeline` (``views=None``: all of its views),
+called by :mod:`pipelines.job.main_job`, the CLI and the Dagster assets; ``lake`` is the
 pipeline's folder of the lake.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.pipeline import Pipeline
+from pipelines.declaration.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter
-from pipelines.speed_service import late_exclusions
+from pipelines.speed.service import late_exclusions
 
 if TYPE_CHECKING:
     import pandas as pd

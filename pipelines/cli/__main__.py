@@ -1,0 +1,5 @@
+"""``python -m pipelines.cli``: the ``duet`` command line."""
+
+from pipelines.cli.commands import main
+
+main()
