@@ -134,7 +134,8 @@ def run(bootstrap: str, malformed: int, flights: int, lake: Path) -> MalformedRe
     """Load the data set with ``malformed`` bad flights mixed in, run the speed layer, check."""
     from pipelines.examples.flights import pipeline
     from pipelines.examples.flights.topology import DLQ_TOPIC
-    from pipelines.job.steps import ensure_pipeline_topics, load_data, reset_pipeline, run_speed
+    from pipelines.job.steps import load_data, reset_pipeline, run_speed
+    from pipelines.produce.topics import ensure_pipeline_topics
     from serving.views.speed import read_view_topic
 
     bad = malformed_records(malformed)

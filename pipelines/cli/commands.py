@@ -223,7 +223,8 @@ def speed(
     one process (start one `duet speed --follow --server` per instance: they share the
     application id and forward each key's query to its owner)."""
     setup_logging(verbose)
-    from pipelines.job.steps import ensure_pipeline_topics, load_data, run_speed
+    from pipelines.job.steps import load_data, run_speed
+    from pipelines.produce.topics import ensure_pipeline_topics
     from pipelines.produce.load import produce_tables
     from pipelines.progress import load_progress
     from pipelines.produce.replay import Feed, sample_feed
@@ -307,7 +308,8 @@ def batch(
     with user_errors("batch", verbose):  # a bad master / Connect URL fails here, before a broker starts
         resolve_target(master)
         pipeline, root = pipeline_and_lake(pipeline_ref, lake)
-    from pipelines.job.steps import ensure_pipeline_topics, ingest, load_data, run_batch_layer
+    from pipelines.job.steps import ingest, load_data, run_batch_layer
+    from pipelines.produce.topics import ensure_pipeline_topics
     from pipelines.job.serving_steps import publish_views, read_batch_views, read_speed_views, run_checks
 
     console = make_console()

@@ -55,7 +55,7 @@ def ui(
     from pipelines.speed.live_groups import check_not_running
     from pipelines.preflight import UserError, check_port_free
     from pipelines.declaration.resolve import EXAMPLE_PIPELINES, PIPELINE_ENV, find_project, load_pipeline
-    from pipelines.job.steps import resolve_lake
+    from pipelines.lake.root import resolve_lake
 
     console = make_console()
     phases = Phases("ui", console, first="start")
@@ -130,7 +130,8 @@ def _reset_and_load(pipelines: list[Any], root: Path, servers: str, limit: int |
     """``duet ui --load``: reset each pipeline's topics and lake tables, load ``scale`` copies
     of its sample data (recorded for the partitions, :mod:`pipelines.lake.loaded`)."""
     from pipelines.lake.loaded import record_loaded
-    from pipelines.job.steps import ensure_pipeline_topics, load_data, reset_pipeline
+    from pipelines.job.steps import load_data, reset_pipeline
+    from pipelines.produce.topics import ensure_pipeline_topics
 
     for pipeline in pipelines:
         phases.enter("reset")

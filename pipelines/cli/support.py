@@ -229,7 +229,7 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
         PipelineError: the reference or the declaration is wrong (one line).
     """
     from pipelines.declaration.resolve import resolve_pipeline
-    from pipelines.job.steps import resolve_lake
+    from pipelines.lake.root import resolve_lake
 
     pipeline, project = resolve_pipeline(ref)
     return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))

@@ -13,7 +13,9 @@ prefixed by ``p.name`` so pipelines never collide):
   the schedule ask for the days new data falls on (:mod:`.new_data`), and a run materializes
   the days it targets and the days its new records fall on (:mod:`.partitions`);
 
-and one set of resources ``lake``, ``spark``, ``kafka`` (:mod:`.resources`).
+and one set of resources ``lake``, ``spark``, ``kafka`` (:mod:`.resources`). Beside them,
+:mod:`.client` (the GraphQL client of a running UI, ``duet backfill``) and :mod:`.home`
+(the ``DAGSTER_HOME`` of ``duet ui``).
 
 Load it: ``dagster dev -m pipelines.dagster.workspace`` (the pipelines named by
 ``$DUET_PIPELINES``, see :mod:`.workspace`) or ``-m pipelines.examples.definitions`` (the
@@ -21,10 +23,18 @@ examples, what ``workspace.yaml`` loads). The modules hold no layer logic: asset
 and sensors call :mod:`pipelines.job.steps` and :mod:`pipelines.job.serving_steps`.
 """
 
-from pipelines.dagster.factory import definitions
-from pipelines.dagster.keys import view_asset_key
-from pipelines.dagster.partitions import partitions_def
-from pipelines.dagster.resources import KafkaResource, LakeResource, SparkResource, default_resources
+from __future__ import annotations
 
-__all__ = ["definitions", "partitions_def", "view_asset_key", "KafkaResource", "LakeResource", "SparkResource",
-           "default_resources"]
+import lazy_loader
+
+# Loaded on first use: ``import pipelines.dagster.client`` (``duet backfill``) or ``.home``
+# (``duet ui``) imports no Dagster.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "factory": ["definitions"],
+        "keys": ["view_asset_key"],
+        "partitions": ["partitions_def"],
+        "resources": ["KafkaResource", "LakeResource", "SparkResource", "default_resources"],
+    },
+)

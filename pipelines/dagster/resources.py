@@ -66,7 +66,7 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     def root(self) -> Path:
         """The lake root as an absolute path (not a pipeline's folder: see
         :meth:`pipelines.declaration.pipeline.Pipeline.lake`)."""
-        from pipelines.job.steps import resolve_lake
+        from pipelines.lake.root import resolve_lake
 
         return resolve_lake(self.path or None)
 

@@ -5,7 +5,7 @@ Phases (each a function of :mod:`pipelines.job.steps` or :mod:`pipelines.job.ser
 no layer logic of its own):
 
 1. :func:`reset_pipeline`: delete the pipeline's topics and the lake tables of earlier runs;
-   :func:`ensure_pipeline_topics`: the input, dead-letter and view output topics.
+   :func:`~pipelines.produce.topics.ensure_pipeline_topics`: the input, dead-letter and view output topics.
 2. Load the pipeline's sample data into Kafka (when it declares one; else the speed layer
    runs on what the topics hold). Default (``backlog=True``, the faster): everything first
    (:func:`load_data`), then the speed layer catches up on it. With ``backlog=False``, a
@@ -53,6 +53,7 @@ from pipelines.lake.loaded import record_loaded
 from pipelines.declaration.pipeline import Highlights, Pipeline
 from pipelines.progress import NullReporter, Reporter, load_progress
 from pipelines.produce.replay import Feed, sample_feed
+from pipelines.produce.topics import ensure_pipeline_topics
 from pipelines.job.serving_steps import (
     compare_layers,
     publish_views,
@@ -63,7 +64,6 @@ from pipelines.job.serving_steps import (
 from pipelines.speed.service import SpeedStats
 from pipelines.job.steps import (
     BatchStats,
-    ensure_pipeline_topics,
     ingest,
     input_record_count,
     load_data,

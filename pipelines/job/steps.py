@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING, Any
 from pipelines.lake.loaded import LOADED_FILE
 from pipelines.declaration.pipeline import Pipeline
 from pipelines.progress import NullReporter, Reporter, load_progress
-from pipelines.produce.replay import ReplayStats
+from pipelines.produce.replay import Feed, ReplayStats
+from pipelines.produce.topics import ensure_pipeline_topics
 from pipelines.speed.service import (
     LIVE_REPLAY_CONFIG,
-    Feed,
     SpeedStats,
     feed_once_caught_up,
     metric_total,
     new_application_id,
     runtime_late_records,
     runtime_late_windows,
+    state_root,
     streams_config,
     wait_caught_up,
 )
@@ -38,10 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchStats",
-    "resolve_lake",
-    "state_root",
-    "view_topic_specs",
-    "ensure_pipeline_topics",
     "reset_pipeline",
     "load_data",
     "input_record_count",
@@ -52,11 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Partitions of each view output topic.
-VIEW_TOPIC_PARTITIONS = 4
-_KEEP_FOREVER = {"retention.ms": "-1"}
-#: partitions of a dead-letter topic duet creates
-DLQ_PARTITIONS = 1
 #: ``producer.linger.ms`` of the speed phase catching up on a backlog: Kafka Streams' own
 #: producer default (100 ms; duet's library default is librdkafka's 5 ms, for latency).
 #: Larger batches halve the broker's CPU on the full year (33 s -> 16 s) and the phase
@@ -72,55 +64,7 @@ BACKLOG_LINGER_MS = 100
 INSTANCES_TASK_IDLE_MS = 1000
 
 
-def resolve_lake(lake: str | Path | None, default: Path | None = None) -> Path:
-    """The lake root: ``lake`` as an absolute path, else ``$DUET_LAKE``, else ``default``
-    (a project's ``[tool.duet] lake``), else ``<repo>/lake``. A pipeline's tables live in
-    ``<root>/<pipeline name>`` (:meth:`Pipeline.lake`)."""
-    import os
-
-    from speed_layer.runtime.paths import default_lake
-
-    if lake:
-        return Path(lake).expanduser().resolve()
-    if default is not None and not os.environ.get("DUET_LAKE"):
-        return default
-    return default_lake()
-
-
-def state_root() -> Path:
-    """``<duet_home>/state``: the speed layer's state folders, one per application id."""
-    from speed_layer.runtime.paths import duet_home
-
-    return duet_home() / "state"
-
-
-# --------------------------------------------------------------------------- topics
-def source_topic_specs(pipeline: Pipeline, prefix: str = "") -> list[Any]:
-    """A :class:`TopicSpec` per source topic and the dead-letter topic, as declared (names
-    prefixed by ``prefix``)."""
-    from speed_layer.admin import TopicSpec
-
-    specs = [TopicSpec(prefix + s.topic, s.partitions, dict(s.config)) for s in pipeline.sources]
-    if pipeline.dlq_topic:
-        specs.append(TopicSpec(prefix + pipeline.dlq_topic, DLQ_PARTITIONS, dict(_KEEP_FOREVER)))
-    return specs
-
-
-def view_topic_specs(pipeline: Pipeline) -> list[Any]:
-    """A :class:`TopicSpec` per view output topic (``retention.ms=-1``: windows as old as
-    their data)."""
-    from speed_layer.admin import TopicSpec
-
-    return [TopicSpec(name, VIEW_TOPIC_PARTITIONS, dict(_KEEP_FOREVER)) for name in pipeline.view_names]
-
-
-def ensure_pipeline_topics(pipeline: Pipeline, bootstrap: str) -> None:
-    """Create the source topics, the dead-letter topic and the view output topics if missing."""
-    from speed_layer.admin import ensure_topics
-
-    ensure_topics(bootstrap, [*source_topic_specs(pipeline), *view_topic_specs(pipeline)])
-
-
+# --------------------------------------------------------------------------- reset
 def _old_run_topics(pipeline: Pipeline, bootstrap: str) -> list[str]:
     """Internal topics (changelog, repartition, foreign-key join subscription) of earlier
     ``duet run`` s of ``pipeline``."""

@@ -2,7 +2,7 @@
 (in one pass over them, whatever their topics: a lazy sample, such as N copies of the flights,
 is produced as it is generated, never held in memory).
 
-Topics are created as the pipeline declares them (:func:`pipelines.job.steps.source_topic_specs`).
+Topics are created as the pipeline declares them (:func:`pipelines.produce.topics.source_topic_specs`).
 Every record is produced with the Java client's default partitioner (``murmur2_random``), its
 key as UTF-8, its value as compact JSON (``bytes`` values as they are) and its timestamp (UTC
 ms) as the record's CreateTime.
@@ -200,7 +200,7 @@ def produce_tables(
     Raises:
         LoadError: a record was not delivered.
     """
-    from pipelines.job.steps import source_topic_specs
+    from pipelines.produce.topics import source_topic_specs
 
     ensure_topics(bootstrap, source_topic_specs(pipeline, prefix))
     with source_producer(bootstrap) as producer:

@@ -39,13 +39,13 @@ from fastapi import Request  # at module level: FastAPI resolves the routes' ann
 from pipelines.declaration.pipeline import Pipeline
 from pipelines.preflight import UserError
 from pipelines.progress import NullReporter, Reporter
-from pipelines.produce.replay import ReplayStats
+from pipelines.produce.replay import Feed, ReplayStats
 from pipelines.speed.service import (
     LIVE_REPLAY_CONFIG,
-    Feed,
     feed_once_caught_up,
     metric_total,
     new_application_id,
+    state_root,
     streams_config,
 )
 
@@ -177,7 +177,7 @@ class SpeedService:
         """
         import uvicorn
 
-        from pipelines.job.steps import ensure_pipeline_topics, state_root
+        from pipelines.produce.topics import ensure_pipeline_topics
         from speed_layer import KafkaStreams
 
         sock = self._sock = _listen(self.host, self.port)

@@ -19,26 +19,35 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.produce.replay import Feed, ReplayStats
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from serving.views.model import ViewSpec
     from pipelines.declaration.pipeline import Pipeline
-    from pipelines.produce.replay import ReplayStats
     from speed_layer import KafkaStreams
 
 __all__ = [
     "LateRecord",
     "SpeedStats",
     "SpeedLayerFailed",
-    "Feed",
     "LIVE_REPLAY_CONFIG",
     "feed_once_caught_up",
     "new_application_id",
     "streams_config",
     "late_exclusions",
     "metric_total",
+    "state_root",
 ]
+
+
+def state_root() -> Path:
+    """``<duet_home>/state``: the speed layer's state folders, one per application id."""
+    from speed_layer.runtime.paths import duet_home
+
+    return duet_home() / "state"
+
 
 def new_application_id(prefix: str) -> str:
     """A fresh application id, e.g. ``duet-shop-run-20240101t120000-1a2b3c`` for the prefix
@@ -241,11 +250,6 @@ def wait_caught_up(
         if on_tick is not None:
             on_tick()
 
-
-#: A live replay of the speed layer (``feed`` of :func:`pipelines.job.steps.run_speed` and
-#: :func:`pipelines.speed.server.serve_speed`): called with the processed-records counter and
-#: a function waiting until the streams have caught up; produces more input and returns its stats.
-Feed = Callable[[Callable[[], int], Callable[[], bool]], "ReplayStats"]
 
 #: Streams config of a speed layer fed a live replay: short polls, and a commit every second:
 #: the record caches fold a second of window updates (a hopping window view updates 24

@@ -224,7 +224,7 @@ def test_a_sensor_run_materializes_exactly_the_days_its_data_falls_on(kafka_boot
     on 03-10 and 03-11 make a schedule run for them."""
     from pipelines.dagster import KafkaResource, LakeResource, SparkResource, definitions, view_asset_key
 
-    from pipelines.job.steps import ensure_pipeline_topics
+    from pipelines.produce.topics import ensure_pipeline_topics
 
     p = _readings(unique_name)
     topic = f"{unique_name}-readings"
@@ -299,7 +299,7 @@ def test_a_transaction_marker_is_no_new_record(kafka_bootstrap: str, unique_name
 
     from batch_layer.ingest import ingest_topic
     from pipelines.dagster.new_data import kafka_new_data
-    from pipelines.job.steps import ensure_pipeline_topics
+    from pipelines.produce.topics import ensure_pipeline_topics
 
     p = _readings(unique_name)
     topic = f"{unique_name}-readings"

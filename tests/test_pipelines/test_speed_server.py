@@ -243,7 +243,8 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
     pid, and the service goes on counting on that state. The same for the folders of an
     ``--instances N`` run (``<app id>-i<k>/<app id>/.lock``): a live instance's is kept (here
     held by this process), a finished one's deleted."""
-    from pipelines.job.steps import reset_pipeline, state_root
+    from pipelines.job.steps import reset_pipeline
+    from pipelines.speed.service import state_root
     from speed_layer.runtime.restore import StateDirectory
 
     monkeypatch.setenv("DUET_HOME", str(service.state.parent))  # the service's state folder is the state root
