@@ -381,13 +381,23 @@ def _launch_gateway(settings: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)  # type: ignore[attr-defined]
 
 
+#: lines the JVM prints on every start, which say nothing to a user: Spark 4's launcher adds
+#: ``--add-modules=jdk.incubator.vector`` (its vectorized code), and the JVM then notes
+#: ``WARNING: Using incubator modules: jdk.incubator.vector`` (no JVM flag silences it)
+JVM_START_NOTICES: tuple[bytes, ...] = (b"WARNING: Using incubator modules: ",)
+
+
 def _relay(stream: IO[bytes]) -> None:
     """Copy the JVM's stderr to this process' stderr (file descriptor 2, as the JVM wrote
-    before) line by line until the JVM closes it. Once fd 2 fails (closed), the rest is read
+    before) line by line until the JVM closes it, but for :data:`JVM_START_NOTICES` (logged at
+    DEBUG). Once fd 2 fails (closed), the rest is read
     and dropped, so that the JVM never blocks on a full pipe; the failure is logged once."""
     lines = iter(stream.readline, b"")
     try:
         for line in lines:
+            if line.startswith(JVM_START_NOTICES):
+                log.debug("Spark JVM: %s", line.decode(errors="replace").rstrip())
+                continue
             os.write(2, line)
     except OSError as exc:
         log.debug("the Spark JVM's stderr is dropped from now on: this process' stderr failed: %s", exc)

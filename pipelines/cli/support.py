@@ -110,13 +110,18 @@ def make_console(stderr: bool = False) -> Any:
 
 
 def setup_logging(verbose: bool) -> None:
+    """Log WARNING and above to stderr (``--verbose``: INFO and above). The level is the
+    handler's as well as the root logger's: a library that sets its own logger to INFO
+    (Great Expectations' "Created temporary directory ... for ephemeral docs site") stays
+    out of a command's stderr unless ``--verbose``."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = logging.INFO if verbose else logging.WARNING
+    root = logging.getLogger()
+    before = set(root.handlers)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in set(root.handlers) - before:  # the one basicConfig added (none if the root had one)
+        handler.setLevel(level)
     if not verbose:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_not_an_interrupt)

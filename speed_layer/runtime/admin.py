@@ -6,7 +6,6 @@ offsets are Kafka offsets (ints).
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from .client_log import CLIENT_LOGGER  # librdkafka's messages: see client_log
 from .task_timeout import NotYet, TaskTimeout, retriable_broker_error, retry_broker_call
 
 __all__ = [
@@ -56,11 +56,6 @@ class TopicSpec:
     replication_factor: int = -1
 
 
-#: the logger of librdkafka's own messages for the clients of these helpers, as the streams
-#: runtime's clients: without one, librdkafka prints them to stderr (e.g. "BGQUEUE Purging
-#: N unserved events" when an admin client is freed with a late answer queued), in the
-#: middle of a command's one-line error
-CLIENT_LOGGER = logging.getLogger("speed_layer.kafka")
 
 
 def client_config(bootstrap: str, config: Mapping[str, object] | None = None) -> dict[str, object]:

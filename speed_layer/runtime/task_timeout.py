@@ -35,10 +35,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("speed_layer.timeouts")
 
-__all__ = ["TaskTimeout", "NotYet", "ListOffsets", "retriable_broker_error", "retriable_error_code", "retry_broker_call",
+__all__ = ["WARN_AFTER_MS", "TaskTimeout", "NotYet", "ListOffsets", "retriable_broker_error", "retriable_error_code", "retry_broker_call",
            "topic_partition_count", "watermarks"]
 
 T = TypeVar("T")
+
+#: a broker call still retrying after this long (ms) logs one WARNING naming what it awaits
+#: and the last error; its earlier retries (a topic's metadata propagating, a coordinator
+#: loading: the usual first seconds of a fresh cluster or topic) are DEBUG
+WARN_AFTER_MS = 5000
 
 #: librdkafka error codes a broker call is retried on (besides ``KafkaError.retriable()``):
 #: the broker is unreachable or restarting, the topic's metadata is still propagating, the
@@ -108,11 +113,15 @@ def retry_broker_call(what: str, attempt: Callable[[float], T], timeout: TaskTim
             when it is above 0), naming ``what``, the attempts and ``task.timeout.ms``; its
             cause is the last broker error.
         StreamsException: a non-retriable ``KafkaException``, at once, naming ``what``.
+
+    Logs each retry at DEBUG, and one WARNING (``speed_layer.timeouts``) once the call has
+    been failing for :data:`WARN_AFTER_MS`.
     """
     started = time.monotonic()
     deadline = started + timeout.task_timeout_ms / 1000
     backoff_s = timeout.retry_backoff_ms / 1000
     attempts = 0
+    warned = False
     cause: BaseException | None = None
     while True:
         attempts += 1
@@ -135,9 +144,15 @@ def retry_broker_call(what: str, attempt: Callable[[float], T], timeout: TaskTim
         now = time.monotonic()
         if timeout.task_timeout_ms == 0 or (now >= deadline and attempts > 1):
             raise _timed_out(what, timeout, attempts, int((now - started) * 1000), cause, hint) from cause
-        (log.warning if attempts == 1 else log.debug)(
-            "%s: %s: retrying every %d ms (%.1f s of task.timeout.ms left)", what, _reason(cause),
-            timeout.retry_backoff_ms, max(0.0, deadline - now))
+        waited_ms = (now - started) * 1000
+        if not warned and waited_ms >= WARN_AFTER_MS:  # still failing: say what is awaited, once
+            warned = True
+            log.warning("%s: still not done after %.1f s (%d attempts), last: %s: retrying every %d ms "
+                        "(%.1f s of task.timeout.ms left)", what, waited_ms / 1000, attempts, _reason(cause),
+                        timeout.retry_backoff_ms, max(0.0, deadline - now))
+        else:
+            log.debug("%s: %s: retrying every %d ms (%.1f s of task.timeout.ms left)", what, _reason(cause),
+                      timeout.retry_backoff_ms, max(0.0, deadline - now))
         time.sleep(min(backoff_s, deadline - now) if now < deadline else backoff_s)
 
 

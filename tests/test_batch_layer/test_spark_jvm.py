@@ -94,3 +94,19 @@ def test_the_relay_drains_the_jvm_stderr_once_its_own_stderr_is_closed() -> None
                          preexec_fn=lambda: os.close(2))
     assert res.returncode == 0, res.stdout
     assert res.stdout.count("stderr is dropped from now on") == 1 and res.stdout.rstrip().endswith("drained True")
+
+
+def test_the_relay_keeps_the_jvms_start_notice_out_of_stderr() -> None:
+    """The JVM's ``WARNING: Using incubator modules: jdk.incubator.vector`` (Spark 4's
+    launcher adds the module on every start) goes to the DEBUG log, not to stderr; every
+    other line of the JVM's stderr is copied as it is, in order."""
+    import sys
+
+    code = ("import io, logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.DEBUG)\n"
+            "from batch_layer.spark import _relay\n"
+            "_relay(io.BytesIO(b'WARNING: Using incubator modules: jdk.incubator.vector\\n'\n"
+            "                  b'12:00:01 ERROR SparkContext: boom\\nWARNING: something else\\n'))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "12:00:01 ERROR SparkContext: boom\nWARNING: something else\n"
+    assert "DEBUG:batch_layer.spark:Spark JVM: WARNING: Using incubator modules: jdk.incubator.vector" in res.stdout

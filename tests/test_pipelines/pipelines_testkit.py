@@ -6,6 +6,7 @@ A plain module, not ``conftest``: test modules import it by name, and another fo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 
@@ -69,3 +70,15 @@ def produce(bootstrap: str, topic: str, records: list[object]) -> int:
     n = produce_records(producer, topic, records, len(records))
     producer.close()  # now, not after the broker stops
     return n
+
+
+#: a log line on a command's stderr: Python's logging as the CLI formats it
+#: (``2026-01-01 12:00:00,000 WARNING name: ...``), Spark's log4j (``12:00:00 WARN Class: ...``)
+#: or a JVM notice (``WARNING: ...``)
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:,]+ (WARNING|INFO) |\d\d:\d\d:\d\d (WARN|INFO) |WARNING: )")
+
+
+def log_lines(stderr: str) -> list[str]:
+    """The WARNING and INFO lines of ``stderr`` (see :data:`_LOG_LINE`): none on the happy
+    path of ``duet run`` (issue 44), whose stderr holds only errors."""
+    return [line for line in stderr.splitlines() if _LOG_LINE.match(line)]

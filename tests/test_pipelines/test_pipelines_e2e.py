@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pipelines.examples.flights import pipeline as flights
+from pipelines_testkit import log_lines
 
 VIEW_NAMES = flights.view_names
 
@@ -73,6 +74,14 @@ def test_speed_and_batch_agree_apart_from_late_windows(runs: list[tuple[Any, dic
     # the comparison is not vacuous: closed windows were compared in every view
     assert all(summary["compared"][v] > 0 for v in VIEW_NAMES), summary["compared"]
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_the_runs_log_no_warning_or_info_line(runs: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Issue 44's quiet happy path: a first run and a second on the same lake (its reset
+    deletes the first's topics) log no WARNING or INFO line; their stderr holds the
+    progress only."""
+    for proc, _ in runs:
+        assert log_lines(proc.stderr) == [], proc.stderr[-5000:]
 
 
 def test_busiest_hours_come_from_the_merged_view(runs: list[tuple[Any, dict[str, Any]]]) -> None:
