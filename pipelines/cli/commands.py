@@ -377,12 +377,15 @@ def serve(
     from pipelines.preflight import check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
 
+    from serving.api.pages import About
+
     with user_errors("serve"):
-        _, root = pipeline_and_lake(pipeline_ref, lake)
+        pipeline, root = pipeline_and_lake(pipeline_ref, lake)
         check_lake_served(root)
         check_port_free(host, port)
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
-    serve_app(root, host=host, port=port)
+    about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
+    serve_app(root, host=host, port=port, about=about)
 
 
 # --------------------------------------------------------------------------- query

@@ -31,7 +31,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -48,6 +48,9 @@ from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
 from serving.views.index import ViewIndex
 from serving.views.model import ViewSpec
+
+if TYPE_CHECKING:
+    from serving.api.pages import About
 
 __all__ = ["create_app", "serve"]
 
@@ -202,12 +205,14 @@ def _bound(text: str | None, name: str) -> int | None:
     return None if text is None or text == "" else parse_time_ms(text, name)
 
 
-def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
+def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About | None = None) -> FastAPI:
     """Build the API over ``<lake>`` (reads ``serving/``, ``views/_batch.json``, ``quality/``).
 
     Args:
         lake: the lake root.
         refresh_interval_s: how often (s, at most) the index checks for new Delta versions.
+        about: the pipeline's name and description and its views' descriptions, shown by the
+            index page ``/ui`` (:class:`serving.api.pages.About`); none: the views' names only.
     """
     lake = Path(lake)
     app = FastAPI(
@@ -355,14 +360,14 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
 
     from serving.api.pages import pages_router
 
-    app.include_router(pages_router(index, lake))
+    app.include_router(pages_router(index, lake, about))
     return app
 
 
 def serve(lake: Path | str, host: str = "127.0.0.1", port: int = 8000,
-          refresh_interval_s: float = 5.0, log_level: str = "info") -> None:
-    """Run the API with uvicorn (blocking) on ``host:port``."""
+          refresh_interval_s: float = 5.0, log_level: str = "info", about: About | None = None) -> None:
+    """Run the API with uvicorn (blocking) on ``host:port`` (``about``: see :func:`create_app`)."""
     import uvicorn
 
-    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s), host=host, port=port,
+    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, about=about), host=host, port=port,
                 log_level=log_level)

@@ -32,6 +32,8 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -176,8 +178,21 @@ def _sources_table(points: dict[str, list[tuple[int, float]]]) -> list[dict[str,
             for s, p in sorted(points.items()) if p]
 
 
-def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
-    """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``."""
+@dataclass(frozen=True)
+class About:
+    """What the pages say about the views beyond the lake: the pipeline's name and
+    description, and each view's description (``{view: text}``), from its declaration
+    (:class:`pipelines.Pipeline`'s ``description`` and ``View.description``)."""
+
+    name: str = ""
+    description: str = ""
+    views: Mapping[str, str] = field(default_factory=dict)
+
+
+def pages_router(index: ViewIndex, lake: Path, about: About | None = None) -> APIRouter:
+    """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``; ``about``
+    titles the index and describes its views."""
+    about = about or About()
     router = APIRouter(prefix="/ui", include_in_schema=False)
     values_cache = _ValuesCache()
 
@@ -195,10 +210,11 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
         for name in index.views():
             snap = index.snapshot(name)
             result = checks.get(name)
-            views.append({"name": name, "kind": snap.spec.window_kind or "table", "rows": snap.rows,
+            views.append({"name": name, "description": about.views.get(name, ""),
+                          "kind": snap.spec.window_kind or "table", "rows": snap.rows,
                           "key_count": len(snap.ranges), "checks": None if result is None else result.success})
         return _render("index.html", root=request.scope.get("root_path", ""), views=views,
-                       watermark=_watermark(lake)[1])
+                       watermark=_watermark(lake)[1], about=about)
 
     @router.get("/static/plotly.min.js")
     def plotly_js() -> Response:
@@ -260,7 +276,8 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
         presets = _presets(frame, spec.windowed, url, from_, to)
         listed = list(snap.ranges)[:KEY_RESULTS] if len(snap.ranges) <= KEY_RESULTS else []
         return _render(
-            "view.html", root=root, view=view, kind=kind, rows=snap.rows, keys_total=len(snap.ranges),
+            "view.html", root=root, view=view, description=about.views.get(view, ""), kind=kind, rows=snap.rows,
+            keys_total=len(snap.ranges),
             version=snap.version, watermark=wm_iso, key=key or "", fields=fields,
             aggregates=AGGREGATES,
             from_text=from_ or "", to_text=to or "", presets=presets,

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markupsafe import escape
+
+from pipelines_testkit import log_lines
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -54,6 +57,7 @@ def assert_one_answer(proc: subprocess.CompletedProcess[str], summary: dict[str,
     assert summary["agreement"] == {v: 1.0 for v in views}, summary.get("differences")
     assert all(summary["compared"][v] > 0 for v in views), summary["compared"]
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert log_lines(proc.stderr) == [], proc.stderr[-5000:]  # a quiet happy path (issue 44)
 
 
 @pytest.fixture(scope="module")
@@ -131,12 +135,17 @@ def test_serve_serves_the_shop_views_and_their_pages(shop_run: tuple[Any, dict[s
     from pipelines.examples.shop import pipeline as shop
 
     _, _, root = shop_run
-    paths = ["/views", "/quality", *[f"/ui/views/{v}" for v in shop.view_names]]
+    paths = ["/views", "/quality", "/ui", *[f"/ui/views/{v}" for v in shop.view_names]]
     got = _serve_and_get(["--pipeline", SHOP, "--lake", str(root)], paths)
     assert all(status == 200 for status, _ in got.values()), {p: s for p, (s, _) in got.items()}
     views = json.loads(got["/views"][1])
     names = {v["name"] if isinstance(v, dict) else v for v in (views["views"] if isinstance(views, dict) else views)}
     assert names == set(shop.view_names)
+    # the index page says what the pipeline and each view are, from the declaration (issue 44)
+    index = got["/ui"][1].decode()
+    assert "<h1>shop views</h1>" in index and escape(shop.description) in index
+    for view in shop.views:
+        assert f'<td class="description">{escape(view.description)}</td>' in index, view.store
 
 
 @pytest.fixture(scope="module")

@@ -247,3 +247,27 @@ def test_root_redirects_to_the_ui(client: TestClient) -> None:
     assert r.status_code in (302, 307, 308) and r.headers["location"] == "/ui"
     assert client.get("/").url.path == "/ui"
     assert "/" not in client.get("/openapi.json").json()["paths"]
+
+
+def test_the_index_page_shows_the_pipeline_and_each_views_description(lake_with_quality: Path) -> None:
+    """``/ui`` titles the views with the pipeline's name and description and gives each
+    view's description from the declaration (escaped as text); a view the declaration does
+    not describe has an empty cell, and an app without ``about`` is the plain "duet views"
+    (issue 44)."""
+    from serving.api.pages import About
+
+    with TestClient(create_app(lake_with_quality, refresh_interval_s=0)) as plain:
+        names = [v["name"] for v in plain.get("/views").json()["views"]]
+        page = plain.get("/ui").text
+    assert len(names) >= 2 and "<h1>duet views</h1>" in page and 'id="about"' not in page
+    described, undescribed = names[0], names[1]
+    about = About("flights", "Departures of NYC airports <2013>.", {described: "per origin & hour: count"})
+    with TestClient(create_app(lake_with_quality, refresh_interval_s=0, about=about)) as c:
+        page = c.get("/ui").text
+        view_page = c.get(f"/ui/views/{described}").text
+    assert "<title>flights views</title>" in page and "<h1>flights views</h1>" in page
+    assert '<p id="about">Departures of NYC airports &lt;2013&gt;.</p>' in page
+    rows = {name: page[page.index(f">{name}</a>"):] for name in names}
+    assert rows[described].split("</tr>")[0].count('<td class="description">per origin &amp; hour: count</td>') == 1
+    assert '<td class="description"></td>' in rows[undescribed].split("</tr>")[0]
+    assert '<p id="view-description">per origin &amp; hour: count</p>' in view_page
