@@ -14,7 +14,7 @@ SHELL := /bin/bash
 # The venv's interpreter: the distribution's CPython 3.11+ when there is one (Debian builds
 # it with PGO and LTO and links it statically: the flights speed phase spends ~17 % less CPU
 # than on a default pyenv build, which is unoptimized and links libpython as a shared
-# library; see README "Speed layer"), else python3 on PATH. Override: make setup PYTHON=...
+# library; see docs/scale-and-benchmarks.md, "The full year"), else python3 on PATH. Override: make setup PYTHON=...
 SYSTEM_PYTHON := $(shell /usr/bin/python3 -c 'import sys; print(sys.executable if sys.version_info >= (3, 11) else "")' 2>/dev/null)
 PYTHON ?= $(or $(SYSTEM_PYTHON),python3)
 VENV := .venv

@@ -54,7 +54,7 @@ the speed ratio is printed::
 
 ``--serving-only LAKE``: the serving measure alone, over a lake already published (``<lake
 root>/<pipeline>``, the folder holding ``serving/``), e.g. by ``duet run``.
-The README's "Scale" section shows the table of a full run.
+docs/scale-and-benchmarks.md ("Scale: 1, 3 and 10 years") shows the table of a full run.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The lake holds two days of an hourly view for three airports, the first 30 hours
 batch layer (closed before the watermark) and the rest from the speed layer, plus a stored
 Great Expectations result. The test asserts what a person sees: the chart with a batch and a
 speed trace, the shaded speed region and the watermark line, the source table, the check results; and it saves the
-screenshot shown in the README (``docs/img/serving-view.png``).
+screenshot shown in docs/views.md (``docs/img/serving-view.png``).
 """
 
 from __future__ import annotations
