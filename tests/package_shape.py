@@ -110,3 +110,14 @@ def cycle_path(graph: dict[str, set[str]], component: list[str]) -> list[str]:
                     nxt.append(w)
         frontier = nxt
     return component
+
+
+def cycles_found(graph: dict[str, set[str]]) -> str:
+    """The import cycles of ``graph``, one line each with an example path (``""``: none)."""
+    return "\n".join(f"  {len(c)} modules {c}; e.g. {' -> '.join(cycle_path(graph, c))}" for c in cycles(graph))
+
+
+def long_modules(package: str, max_lines: int = 500) -> dict[str, int]:
+    """``{file: lines}`` of the modules of ``package`` over ``max_lines`` lines."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules(package).values()}
+    return {f: n for f, n in sorted(sizes.items()) if n > max_lines}

@@ -10,12 +10,9 @@ the general executor (``general.run``, ``general.plan``); ``compiler`` on top.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from tests.package_shape import cycle_path, cycles, import_graph, modules
+from tests.package_shape import cycle_path, cycles, cycles_found, import_graph, long_modules, modules
 
 PACKAGE = "batch_layer"
-ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 500
 
 
@@ -30,14 +27,12 @@ def test_cycle_check_finds_a_cycle() -> None:
 def test_batch_layer_has_no_import_cycle() -> None:
     graph = import_graph(PACKAGE)
     assert f"{PACKAGE}.compiler" in graph and f"{PACKAGE}.translators._plan" in graph
-    found_cycles = cycles(graph)
-    found = "\n".join(f"  {len(c)} modules {c}; e.g. {' -> '.join(cycle_path(graph, c))}" for c in found_cycles)
-    assert not found_cycles, f"batch_layer modules import each other in a cycle (lazy and TYPE_CHECKING imports count):\n{found}"
+    found = cycles_found(graph)
+    assert not found, f"batch_layer modules import each other in a cycle (lazy and TYPE_CHECKING imports count):\n{found}"
 
 
 def test_no_batch_layer_module_is_over_500_lines() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules(PACKAGE).values()}
-    big = {f: n for f, n in sorted(sizes.items()) if n > MAX_LINES}
+    big = long_modules(PACKAGE, MAX_LINES)
     assert not big, f"batch_layer files over {MAX_LINES} lines (split them by what they own): {big}"
 
 

@@ -25,7 +25,7 @@ import sys
 
 from pathlib import Path
 
-from tests.package_shape import cycle_path, cycles, import_graph, modules
+from tests.package_shape import cycles_found, import_graph, long_modules, modules
 
 PACKAGE = "pipelines"
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,9 +51,8 @@ def test_every_module_is_in_a_room() -> None:
 def test_pipelines_has_no_import_cycle() -> None:
     graph = import_graph(PACKAGE)
     assert f"{PACKAGE}.job.main_job" in graph and f"{PACKAGE}.speed.service" in graph
-    found_cycles = cycles(graph)
-    found = "\n".join(f"  {len(c)} modules {c}; e.g. {' -> '.join(cycle_path(graph, c))}" for c in found_cycles)
-    assert not found_cycles, f"pipelines modules import each other in a cycle (lazy and TYPE_CHECKING imports count):\n{found}"
+    found = cycles_found(graph)
+    assert not found, f"pipelines modules import each other in a cycle (lazy and TYPE_CHECKING imports count):\n{found}"
 
 
 def test_rooms_import_one_way() -> None:
@@ -72,8 +71,7 @@ def test_the_framework_never_imports_the_examples() -> None:
 
 
 def test_no_pipelines_module_is_over_500_lines() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules(PACKAGE).values()}
-    big = {f: n for f, n in sorted(sizes.items()) if n > MAX_LINES}
+    big = long_modules(PACKAGE, MAX_LINES)
     assert not big, f"pipelines files over {MAX_LINES} lines (split them by what they own): {big}"
 
 
