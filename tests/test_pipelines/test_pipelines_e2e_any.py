@@ -57,7 +57,8 @@ def assert_one_answer(proc: subprocess.CompletedProcess[str], summary: dict[str,
     assert summary["agreement"] == {v: 1.0 for v in views}, summary.get("differences")
     assert all(summary["compared"][v] > 0 for v in views), summary["compared"]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert log_lines(proc.stderr) == [], proc.stderr[-5000:]  # a quiet happy path (issue 44)
+    # a quiet happy path (issue 44): one WARNING per dead-lettered record (the scaffold's sample has 3), nothing else
+    assert log_lines(proc.stderr, summary["dead_lettered"]) == [], proc.stderr[-5000:]
 
 
 @pytest.fixture(scope="module")
