@@ -27,9 +27,11 @@ document for every code each route returns.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +49,9 @@ from serving.errors import InvalidCursorError, InvalidTimeError, ServingError, U
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
 from serving.views.index import ViewIndex
+from serving.views.live import LiveViews
 from serving.views.model import ViewSpec
+from serving.views.served import ServedViews
 
 __all__ = ["create_app", "serve"]
 
@@ -108,7 +112,8 @@ class Row(BaseModel):
 
 
 class KeyRowsResponse(BaseModel):
-    """A page of a key's rows, ordered by ``window_start`` then ``window_end``."""
+    """A page of a key's rows, ordered by ``window_start`` then ``window_end``: the batch
+    snapshot up to its watermark merged with the speed layer's current rows after it."""
 
     view: str
     key: str
@@ -118,6 +123,17 @@ class KeyRowsResponse(BaseModel):
     rows: list[Row]
     next_cursor: str | None = Field(
         description="pass as 'cursor' (same view, key, from, to) for the next page; null on the last page")
+    version: int = Field(description="Delta version of <lake>/serving/<view> answered from")
+    batch_watermark_ms: int | None = Field(
+        description="the batch watermark that version was merged at, epoch ms: windows closed at it come "
+        "from the batch layer (null: no batch)")
+    batch_watermark: str | None = Field(description="the batch watermark, ISO-8601 UTC")
+    speed_stream_time_ms: int | None = Field(
+        description="the largest record timestamp read from the view's output topic, epoch ms (null: none "
+        "read, or serving without a broker)")
+    speed_stream_time: str | None = Field(description="the speed stream time, ISO-8601 UTC")
+    live: bool = Field(description="whether the speed layer's current rows are merged in (serving with a "
+                       "broker and the view topic read to its end once)")
 
 
 class KeysResponse(BaseModel):
@@ -202,15 +218,32 @@ def _bound(text: str | None, name: str) -> int | None:
     return None if text is None or text == "" else parse_time_ms(text, name)
 
 
-def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
+def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str | None = None) -> FastAPI:
     """Build the API over ``<lake>`` (reads ``serving/``, ``views/_batch.json``, ``quality/``).
 
     Args:
         lake: the lake root.
         refresh_interval_s: how often (s, at most) the index checks for new Delta versions.
+        bootstrap: Kafka bootstrap servers: each answer merges the speed layer's current rows,
+            read from the view output topics (:class:`~serving.views.live.LiveViews`, started
+            here, stopped at the app's shutdown); ``None``: the published snapshots alone.
     """
     lake = Path(lake)
+    index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
+    served = ServedViews(index)
+    if bootstrap is not None:
+        served.live = LiveViews(bootstrap, served.served).start()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if served.live is not None:
+                served.live.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="duet serving",
         version="0.1.0",
         description="Merged lambda-architecture views: batch results for closed windows, "
@@ -219,8 +252,8 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         redoc_url=None,
     )
     add_offline_docs(app)
-    index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     app.state.index = index
+    app.state.served = served
     app.state.lake = lake
 
     @app.exception_handler(UnknownViewError)
@@ -277,9 +310,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
         """The sorted keys of a view, paginated; with ``q``, the keys matching it (``total``
         counts the matches)."""
         if not q:
-            return KeysResponse(view=view, total=index.key_count(view), offset=offset, limit=limit,
-                                keys=index.keys(view, limit=limit, offset=offset))
-        total, found = search_keys(index.keys(view), q, limit=limit, offset=offset)
+            listed = served.keys(view)
+            return KeysResponse(view=view, total=len(listed), offset=offset, limit=limit,
+                                keys=listed[offset:offset + limit])
+        total, found = search_keys(served.keys(view), q, limit=limit, offset=offset)
         return KeysResponse(view=view, total=total, offset=offset, limit=limit, keys=found)
 
     @app.get(
@@ -313,7 +347,7 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
                 f"'to' ({to_ms} ms, {ms_to_iso(to_ms)})",
             )
         after = None if not cursor else decode_cursor(cursor)  # empty: none, as from/to
-        page = index.page(view, key, from_ms, to_ms, after=after, limit=limit)
+        page = served.page(view, key, from_ms, to_ms, after=after, limit=limit)
         iso_of: dict[int | None, str | None] = {}  # window bounds repeat: a window's end is a later one's start
 
         def iso(ms: int | None) -> str | None:
@@ -337,8 +371,13 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
             for r in page.rows
         ]
         next_cursor = None if page.next is None else encode_cursor(page.next)
+        stream_ms = None if page.speed is None else page.speed.stream_time_ms
         response = _json_response({"view": view, "key": key, "from_ms": from_ms, "to_ms": to_ms, "limit": limit,
-                                   "rows": rows, "next_cursor": next_cursor})
+                                   "rows": rows, "next_cursor": next_cursor, "version": page.version,
+                                   "batch_watermark_ms": page.batch_watermark_ms,
+                                   "batch_watermark": ms_to_iso(page.batch_watermark_ms),
+                                   "speed_stream_time_ms": stream_ms, "speed_stream_time": ms_to_iso(stream_ms),
+                                   "live": page.speed is not None and page.speed.caught_up})
         if next_cursor is not None:
             response.headers["Link"] = next_link(str(request.url.include_query_params(cursor=next_cursor)))
         return response
@@ -355,14 +394,18 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0) -> FastAPI:
 
     from serving.api.pages import pages_router
 
+    from serving.api.edge import edge_router
+
     app.include_router(pages_router(index, lake))
+    app.include_router(edge_router(served))
     return app
 
 
 def serve(lake: Path | str, host: str = "127.0.0.1", port: int = 8000,
-          refresh_interval_s: float = 5.0, log_level: str = "info") -> None:
-    """Run the API with uvicorn (blocking) on ``host:port``."""
+          refresh_interval_s: float = 5.0, log_level: str = "info", bootstrap: str | None = None) -> None:
+    """Run the API with uvicorn (blocking) on ``host:port``; with ``bootstrap``, live (see
+    :func:`create_app`)."""
     import uvicorn
 
-    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s), host=host, port=port,
-                log_level=log_level)
+    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, bootstrap=bootstrap), host=host,
+                port=port, log_level=log_level)
