@@ -15,6 +15,9 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from serving.api.app import ErrorResponse
 
 from serving.api.times import ms_to_iso
 from serving.views.model import ViewSpec
@@ -45,11 +48,42 @@ def _number(value: str | None, field: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+class EdgeRow(BaseModel):
+    """A window of the fresh edge (ms)."""
+
+    window_start: int | None
+    window_end: int | None
+    value: Any = Field(description="with key: the row's value (JSON text); without: the sum of the field")
+    keys: int | None = Field(None, description="without key: the number of keys with the window")
+    source: str = Field(description="the layer the row came from")
+
+
+class EdgeResponse(BaseModel):
+    """The fresh edge of a view as of the request."""
+
+    view: str
+    key: str | None
+    field: str | None = Field(description="without key: the value field summed per window")
+    version: int = Field(description="the Delta version of the served snapshot")
+    batch_watermark_ms: int | None
+    batch_watermark: str | None
+    speed_stream_time_ms: int | None = Field(description="the largest record timestamp of the view topic")
+    speed_stream_time: str | None
+    live: bool = Field(description="whether the view topic has been read to its end once")
+    rows: list[EdgeRow]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "unknown view or key"},
+    422: {"model": ErrorResponse, "description": "invalid parameter"},
+}
+
+
 def edge_router(served: ServedViews) -> APIRouter:
     """The ``/views/{view}/edge`` route over ``served``."""
     router = APIRouter(tags=["views"])
 
-    @router.get("/views/{view}/edge")
+    @router.get("/views/{view}/edge", response_model=EdgeResponse, responses=_ERRORS)
     def edge(view: str, key: str | None = Query(None, description="one key (default: every key combined)"),
              field: str = Query("count", description="without key: the numeric value field summed per window"),
              ) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,15 +203,19 @@ class LiveViews:
                 return LiveState(None, False, 0, self._error)
             return LiveState(table.stream_time_ms, not table.pending, table.count, self._error)
 
-    def wait_caught_up(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every followed view is caught up (and at least one is followed)."""
+    def wait_caught_up(self, timeout_s: float = 30.0, views: Iterable[str] | None = None) -> bool:
+        """Wait until ``views`` (default: every followed view, at least one) are followed and
+        caught up; ``False`` at the timeout (seconds)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
             with self._lock:
-                if self._tables and not any(t.pending for t in self._tables.values()):
+                names = list(self._tables) if views is None else list(views)
+                tables = [self._tables.get(v) for v in names]
+                if names and all(t is not None and not t.pending for t in tables):
                     return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.02)
-        return False
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:

@@ -21,7 +21,9 @@ needs (open at its ``W``) stay in the live table for
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from serving.errors import UnknownKeyError
@@ -29,7 +31,9 @@ from serving.views.index import NULL_MS, RowPosition, ViewIndex, ViewSnapshot
 from serving.views.live import LiveRow, LiveState, LiveViews
 from serving.views.model import ViewSpec
 
-__all__ = ["MergedPage", "ServedViews"]
+__all__ = ["MergedPage", "ServedViews", "query_live"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -179,3 +183,25 @@ class ServedViews:
 def _cursor_bounds(after: RowPosition) -> tuple[int, int]:
     return (NULL_MS if after.window_start is None else after.window_start,
             NULL_MS if after.window_end is None else after.window_end)
+
+
+def query_live(lake: Path | str, bootstrap: str | None, view: str, key: str, from_ms: int | None = None,
+               to_ms: int | None = None, timeout_s: float = 30.0) -> MergedPage:
+    """One merged answer (``duet query``): every row of ``key`` in ``view`` overlapping
+    ``[from_ms, to_ms]``, the published snapshot merged with the view topic read to its end
+    (``bootstrap`` ``None``: the snapshot alone). When the topic is not read to its end within
+    ``timeout_s`` seconds, the answer holds what was read (``speed.caught_up`` false; logged).
+
+    Raises:
+        UnknownViewError, UnknownKeyError: as :meth:`ServedViews.page`.
+    """
+    served = ServedViews(ViewIndex(lake, refresh_interval_s=0))
+    served.index.snapshot(view)  # an unknown view fails before any broker is asked
+    if bootstrap is None:
+        return served.page(view, key, from_ms, to_ms)
+    with LiveViews(bootstrap, served.served) as live:
+        served.live = live
+        if not live.wait_caught_up(timeout_s, [view]):
+            log.warning("the view topic %s was not read to its end in %.0f s: the answer holds what was read",
+                        view, timeout_s)
+        return served.page(view, key, from_ms, to_ms)

@@ -246,3 +246,23 @@ def test_session_and_table_views_merge_live_rows(tmp_path: Path, kafka_bootstrap
         ua = client.get(f"/views/{latest.name}/keys/UA").json()["rows"]
         assert [(r["value"]["name"], r["source"]) for r in ua] == [("United Air Lines", "speed")]
         assert client.get(f"/views/{latest.name}/keys/AA").status_code == 404  # not after W: batch's answer
+
+
+def test_duet_query_merges_the_view_topic(tmp_path: Path, kafka_bootstrap: str, view_name: str) -> None:
+    """``duet query --bootstrap``: the published snapshot and the view topic's rows after it."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+    from pipelines.resolve import resolve_pipeline
+
+    pipeline, _ = resolve_pipeline(None)
+    lake = pipeline.lake(tmp_path / "lake")
+    spec = ViewSpec.tumbling(view_name, HOUR)
+    publish(lake, [spec], {view_name: frame([_hour(h, {"count": h}) for h in range(2)])}, {}, T0 + 2 * HOUR)
+    _topic(kafka_bootstrap, view_name)
+    _produce(kafka_bootstrap, view_name, [_hour(1, {"count": 10}), _hour(2, {"count": 2})])
+    args = ["query", view_name, "EWR", "--lake", str(tmp_path / "lake"), "--json"]
+    live = CliRunner().invoke(app, [*args, "--bootstrap", kafka_bootstrap])
+    assert live.exit_code == 0, live.output
+    assert [(r["window_start"], r["source"], r["value"]["count"]) for r in json.loads(live.stdout)] == [
+        (T0, "batch", 0), (T0 + HOUR, "batch", 1), (T0 + 2 * HOUR, "speed", 2)]
