@@ -43,6 +43,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from serving.api.charts import series_figure, sessions_figure, top_keys_figure
+from serving.api.edge import POLL_MS
 from serving.api.keysearch import search_keys
 from serving.api.times import ms_to_iso, parse_time_ms
 from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
@@ -266,7 +267,9 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
             from_text=from_ or "", to_text=to or "", presets=presets,
             listed_keys=[{"key": k, "url": url(key=k)} for k in listed], all_keys_url=url(key=None),
             key_results=KEY_RESULTS, quality=quality().get(view),
-            max_points=MAX_POINTS, edge_windows=EDGE_WINDOWS,
+            max_points=MAX_POINTS, edge_windows=EDGE_WINDOWS, poll_ms=POLL_MS,
+            edge_url=f"{root}/views/{quote(view, safe='')}/edge?"
+            + urlencode({k: v for k, v in {"key": key, "field": field}.items() if v}),
             speed_span_iso=[ms_to_iso(t) for t in chart["speed_span"]] if chart["speed_span"] else None, **chart,
         )
 
