@@ -396,7 +396,7 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str
 
     from serving.api.edge import edge_router
 
-    app.include_router(pages_router(index, lake))
+    app.include_router(pages_router(index, lake, served))
     app.include_router(edge_router(served))
     return app
 

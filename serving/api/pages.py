@@ -28,6 +28,7 @@ after ``to`` a 400 page, a malformed time a 422 page; each names what exists or 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -50,6 +51,7 @@ from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, Unkn
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
 from serving.views.index import ViewIndex, ViewSnapshot
+from serving.views.served import ServedViews
 from serving.views.series import (
     AGGREGATES,
     Series,
@@ -177,8 +179,10 @@ def _sources_table(points: dict[str, list[tuple[int, float]]]) -> list[dict[str,
             for s, p in sorted(points.items()) if p]
 
 
-def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
-    """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``."""
+def pages_router(index: ViewIndex, lake: Path, served: ServedViews | None = None) -> APIRouter:
+    """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``; with ``served``
+    live (a broker), a key's charts are drawn from its merged rows (batch + the speed layer's
+    current rows), the whole view's from the published snapshot."""
     router = APIRouter(prefix="/ui", include_in_schema=False)
     values_cache = _ValuesCache()
 
@@ -219,7 +223,10 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
         root = request.scope.get("root_path", "")
         key, field, agg, from_, to = (v or None for v in (key, field, agg, from_, to))
         try:
-            snap = index.snapshot(view)
+            snap = whole = index.snapshot(view)
+            if key is not None and served is not None and served.live is not None:
+                with contextlib.suppress(UnknownKeyError):  # unknown: the 404 below, with near keys
+                    snap = served.key_snapshot(view, key)
             from_ms = None if from_ is None else parse_time_ms(from_, "from")
             to_ms = None if to is None else parse_time_ms(to, "to")
         except UnknownViewError as exc:
@@ -259,9 +266,9 @@ def pages_router(index: ViewIndex, lake: Path) -> APIRouter:
             return f"{root}/ui/views/{quote(view, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
         presets = _presets(frame, spec.windowed, url, from_, to)
-        listed = list(snap.ranges)[:KEY_RESULTS] if len(snap.ranges) <= KEY_RESULTS else []
+        listed = list(whole.ranges)[:KEY_RESULTS] if len(whole.ranges) <= KEY_RESULTS else []
         return _render(
-            "view.html", root=root, view=view, kind=kind, rows=snap.rows, keys_total=len(snap.ranges),
+            "view.html", root=root, view=view, kind=kind, rows=whole.rows, keys_total=len(whole.ranges),
             version=snap.version, watermark=wm_iso, key=key or "", fields=fields,
             aggregates=AGGREGATES,
             from_text=from_ or "", to_text=to or "", presets=presets,

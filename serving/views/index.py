@@ -78,7 +78,11 @@ class ViewSnapshot:
         if not recorded:
             watermark_ms = fallback_watermark()
         table = DeltaTable(str(path), version=version).to_pyarrow_table()
-        df = table.to_pandas()
+        return cls.from_frame(spec, version, table.to_pandas(), watermark_ms)
+
+    @classmethod
+    def from_frame(cls, spec: ViewSpec, version: int, df: pd.DataFrame, watermark_ms: int | None) -> ViewSnapshot:
+        """A snapshot of the served rows ``df`` (served columns; ``source`` may be missing)."""
         if "source" not in df.columns:
             df = df.assign(source=None)
         df = normalize_view_frame(df, with_source=True)

@@ -138,6 +138,19 @@ class ServedViews:
                 keys = sorted(keys + extra)
         return keys
 
+    def key_snapshot(self, view: str, key: str) -> ViewSnapshot:
+        """Every merged row of ``key`` as a one-key :class:`ViewSnapshot` (the views page
+        charts a key from it), with the version and watermark answered from.
+
+        Raises:
+            UnknownViewError, UnknownKeyError: as :meth:`page`.
+        """
+        import pandas as pd
+
+        page = self.page(view, key)
+        frame = pd.DataFrame(page.rows, columns=["key", "window_start", "window_end", "value", "timestamp", "source"])
+        return ViewSnapshot.from_frame(self.index.snapshot(view).spec, page.version, frame, page.batch_watermark_ms)
+
     def page(self, view: str, key: str, from_ms: int | None = None, to_ms: int | None = None,
              after: RowPosition | None = None, limit: int | None = None) -> MergedPage:
         """The merged rows of ``key`` whose window overlaps ``[from_ms, to_ms]`` (as

@@ -266,3 +266,18 @@ def test_duet_query_merges_the_view_topic(tmp_path: Path, kafka_bootstrap: str, 
     assert live.exit_code == 0, live.output
     assert [(r["window_start"], r["source"], r["value"]["count"]) for r in json.loads(live.stdout)] == [
         (T0, "batch", 0), (T0 + HOUR, "batch", 1), (T0 + 2 * HOUR, "speed", 2)]
+
+
+def test_the_views_page_charts_a_key_from_its_merged_rows(
+        live_client: tuple[TestClient, Path, ViewSpec], kafka_bootstrap: str) -> None:
+    client, _, spec = live_client
+    _produce(kafka_bootstrap, spec.name, [_hour(6, {"count": 60})])
+    deadline = time.monotonic() + 5
+    while len(client.get(f"/views/{spec.name}/keys/EWR").json()["rows"]) < 7:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    page = client.get(f"/ui/views/{spec.name}", params={"key": "EWR"}).text
+    figure = json.loads(page.split("const figure = ", 1)[1].split(";\n", 1)[0])
+    speed = next(t for t in figure["data"] if t.get("name") == "speed")
+    assert speed["y"][-1] == 60 and len(speed["y"]) == 3  # hours 4, 5 and the new 6
+    assert "7 rows · 1 keys" not in page and "6 rows" in page  # the header counts the published view
