@@ -305,6 +305,11 @@ class ViewIndex:
         except KeyError:
             raise UnknownViewError(view, snaps.keys()) from None
 
+    def loaded(self) -> dict[str, ViewSnapshot]:
+        """The snapshots as loaded now, without looking for new versions (for a thread that
+        must not spend its time loading one: requests do that)."""
+        return dict(self._snapshots)
+
     # -- queries ---------------------------------------------------------------------------
     def views(self) -> list[str]:
         """Sorted names of the served views."""

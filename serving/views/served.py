@@ -119,10 +119,9 @@ class ServedViews:
         self.live = live
 
     def served(self) -> dict[str, tuple[ViewSpec, int | None]]:
-        """``{view: (spec, batch watermark ms)}`` of the current snapshots (what
-        :class:`LiveViews` follows)."""
-        return {name: (snap.spec, snap.watermark_ms)
-                for name in self.index.views() for snap in [self.index.snapshot(name)]}
+        """``{view: (spec, batch watermark ms)}`` of the snapshots loaded (what
+        :class:`LiveViews` follows; it does not load new versions itself: requests do)."""
+        return {name: (snap.spec, snap.watermark_ms) for name, snap in self.index.loaded().items()}
 
     def speed_state(self, view: str) -> LiveState | None:
         """The live table's state of ``view``; ``None`` without a live table."""
