@@ -2,7 +2,8 @@
 
 Endpoints (times in epoch ms plus ISO-8601 UTC):
 
-* ``GET /health``: status, number of served views, batch watermark.
+* ``GET /health``: status, number of served views, batch watermark; serving live, what was
+  read of each view topic (stream time, caught up).
 * ``GET /views``: every view with its spec, row count, key count and Delta version.
 * ``GET /views/{view}``: one view.
 * ``GET /views/{view}/keys?limit=&offset=&q=``: the sorted keys of a view; ``q`` searches
@@ -90,11 +91,24 @@ class ViewsResponse(BaseModel):
     views: list[ViewInfo]
 
 
+class SpeedViewState(BaseModel):
+    """What serving has read of a view's output topic (docs/live-serving.md)."""
+
+    stream_time_ms: int | None = Field(description="the largest record timestamp read, epoch ms")
+    stream_time: str | None
+    caught_up: bool = Field(description="whether the topic was read to its end offsets once")
+    rows: int = Field(description="rows held: the windows open at the batch watermark")
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok"]
     views: int = Field(description="number of served views")
     batch_watermark_ms: int | None = Field(description="batch watermark, epoch ms (null: no batch yet)")
     batch_watermark: str | None = Field(description="batch watermark, ISO-8601 UTC")
+    speed: dict[str, SpeedViewState] | None = Field(
+        None, description="serving live (with a broker): per view, what was read from its output topic; null: "
+        "the published views alone")
+    speed_error: str | None = Field(None, description="the last error reading the view topics (null: none)")
 
 
 class Row(BaseModel):
@@ -284,8 +298,19 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str
         except ServingError:  # a malformed _batch.json must not make the service look down
             log.exception("cannot read the batch watermark of %s", lake)
             wm = None
+        speed = None
+        errors = set()
+        if served.live is not None:
+            speed = {}
+            for name in index.views():
+                state = served.live.state(name)
+                speed[name] = SpeedViewState(stream_time_ms=state.stream_time_ms,
+                                             stream_time=ms_to_iso(state.stream_time_ms),
+                                             caught_up=state.caught_up, rows=state.rows)
+                errors.add(state.error)
         return HealthResponse(status="ok", views=len(index.views()), batch_watermark_ms=wm,
-                              batch_watermark=ms_to_iso(wm))
+                              batch_watermark=ms_to_iso(wm), speed=speed,
+                              speed_error=next((e for e in errors if e), None))
 
     @app.get("/views", response_model=ViewsResponse, tags=["views"])
     def views() -> ViewsResponse:

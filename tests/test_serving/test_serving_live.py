@@ -81,6 +81,8 @@ def test_a_new_view_record_is_in_the_merged_answer_within_a_second(
     assert [r["window_start"] for r in before["rows"]] == [T0 + h * HOUR for h in range(6)]
     assert before["batch_watermark_ms"] == T0 + 4 * HOUR and before["live"] is True
     assert before["speed_stream_time_ms"] == T0 + 6 * HOUR - 1
+    assert client.get("/health").json()["speed"] == {spec.name: {
+        "stream_time_ms": T0 + 6 * HOUR - 1, "stream_time": "2013-01-01T05:59:59.999Z", "caught_up": True, "rows": 2}}
 
     produced = time.monotonic()
     _produce(kafka_bootstrap, spec.name, [_hour(6, {"count": 6, "layer": "speed"}),
@@ -281,3 +283,21 @@ def test_the_views_page_charts_a_key_from_its_merged_rows(
     speed = next(t for t in figure["data"] if t.get("name") == "speed")
     assert speed["y"][-1] == 60 and len(speed["y"]) == 3  # hours 4, 5 and the new 6
     assert "7 rows · 1 keys" not in page and "6 rows" in page  # the header counts the published view
+
+
+def test_a_watermark_moving_back_reads_the_view_topic_again(
+        live_client: tuple[TestClient, Path, ViewSpec], kafka_bootstrap: str) -> None:
+    """Hours 2-3 on the topic are closed at W = 4 h (skipped); a lake rebuilt to W = 2 h needs them."""
+    client, lake, spec = live_client
+    _produce(kafka_bootstrap, spec.name, [_hour(h, {"count": h, "layer": "speed"}) for h in (2, 3)])
+    publish(lake, [spec], {spec.name: frame([_hour(h, {"count": h, "layer": "batch"}) for h in range(2)])}, {},
+            T0 + 2 * HOUR)
+    deadline = time.monotonic() + 10
+    while True:
+        body = client.get(f"/views/{spec.name}/keys/EWR").json()
+        got = [(r["window_start"], r["source"]) for r in body["rows"]]
+        if got == [(T0, "batch"), (T0 + HOUR, "batch"), *[(T0 + h * HOUR, "speed") for h in range(2, 6)]]:
+            break
+        assert time.monotonic() < deadline, got
+        time.sleep(0.05)
+    assert body["batch_watermark_ms"] == T0 + 2 * HOUR
