@@ -246,7 +246,12 @@ class LiveViews:
                 if not self._tables:
                     self._stop.wait(0.1)
                     continue
-                self._apply(consumer.consume(CONSUME_BATCH, timeout=0.05))
+                try:
+                    self._apply(consumer.consume(CONSUME_BATCH, timeout=0.05))
+                except Exception as exc:  # a fatal client error: say so in state(), retry
+                    log.exception("serving: reading the view topics failed")
+                    self._error = f"{type(exc).__name__}: {exc}"
+                    self._stop.wait(1.0)
         finally:
             consumer.close()
 
