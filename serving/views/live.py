@@ -345,8 +345,10 @@ class LiveViews:
                     text = None if value is None else value.decode("utf-8")
                 except (SpeedSourceError, UnicodeDecodeError) as exc:
                     self._bad_records += 1
-                    log.error("serving: skipped a record of %s[%d]@%d that breaks the view topic contract "
-                              "(%d so far): %s", msg.topic(), p, msg.offset(), self._bad_records, exc)
+                    n = self._bad_records
+                    if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at every power of two
+                        log.error("serving: skipped a record of %s[%d]@%d that breaks the view topic contract "
+                                  "(%d so far): %s", msg.topic(), p, msg.offset(), n, exc)
                     continue
                 ts = msg.timestamp()[1]
                 if table.stream_time_ms is None or ts > table.stream_time_ms:
