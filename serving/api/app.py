@@ -109,6 +109,8 @@ class HealthResponse(BaseModel):
         None, description="serving live (with a broker): per view, what was read from its output topic; null: "
         "the published views alone")
     speed_error: str | None = Field(None, description="the last error reading the view topics (null: none)")
+    speed_skipped: int | None = Field(
+        None, description="view topic records skipped since the start as breaking the contract (docs/contracts.md)")
 
 
 class Row(BaseModel):
@@ -298,7 +300,7 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str
         except ServingError:  # a malformed _batch.json must not make the service look down
             log.exception("cannot read the batch watermark of %s", lake)
             wm = None
-        speed = None
+        speed, skipped = None, None
         errors = set()
         if served.live is not None:
             speed = {}
@@ -308,9 +310,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str
                                              stream_time=ms_to_iso(state.stream_time_ms),
                                              caught_up=state.caught_up, rows=state.rows)
                 errors.add(state.error)
+                skipped = state.skipped
         return HealthResponse(status="ok", views=len(index.views()), batch_watermark_ms=wm,
                               batch_watermark=ms_to_iso(wm), speed=speed,
-                              speed_error=next((e for e in errors if e), None))
+                              speed_error=next((e for e in errors if e), None), speed_skipped=skipped)
 
     @app.get("/views", response_model=ViewsResponse, tags=["views"])
     def views() -> ViewsResponse:

@@ -72,12 +72,15 @@ class LiveState:
             assigned (before, answers may lack speed rows the topic already holds).
         rows: rows held (the open windows at the prune watermark).
         error: the last consumer error, ``None`` when reading works.
+        skipped: records of any view topic skipped since the start because they break the
+            contract (a key that is not the windowed JSON, a value that is not UTF-8).
     """
 
     stream_time_ms: int | None
     caught_up: bool
     rows: int
     error: str | None = None
+    skipped: int = 0
 
 
 @dataclass
@@ -200,8 +203,8 @@ class LiveViews:
         with self._lock:
             table = self._tables.get(view)
             if table is None:
-                return LiveState(None, False, 0, self._error)
-            return LiveState(table.stream_time_ms, not table.pending, table.count, self._error)
+                return LiveState(None, False, 0, self._error, self._bad_records)
+            return LiveState(table.stream_time_ms, not table.pending, table.count, self._error, self._bad_records)
 
     def wait_caught_up(self, timeout_s: float = 30.0, views: Iterable[str] | None = None) -> bool:
         """Wait until ``views`` (default: every followed view, at least one) are followed and

@@ -301,3 +301,23 @@ def test_a_watermark_moving_back_reads_the_view_topic_again(
         assert time.monotonic() < deadline, got
         time.sleep(0.05)
     assert body["batch_watermark_ms"] == T0 + 2 * HOUR
+
+
+def test_a_record_breaking_the_contract_is_skipped_and_counted(
+        live_client: tuple[TestClient, Path, ViewSpec], kafka_bootstrap: str) -> None:
+    from confluent_kafka import Producer
+
+    client, _, spec = live_client
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(spec.name, key=b"EWR", value=b'{"count": 1}')  # a plain key on a windowed view
+    producer.produce(spec.name, key=json.dumps({"key": "EWR", "window_start": T0 + 6 * HOUR,
+                                                "window_end": T0 + 7 * HOUR}).encode(), value=b"\xff")
+    assert producer.flush(30) == 0
+    _produce(kafka_bootstrap, spec.name, [_hour(7, {"count": 7})])
+    deadline = time.monotonic() + 5
+    while len(client.get(f"/views/{spec.name}/keys/EWR").json()["rows"]) < 7:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    rows = client.get(f"/views/{spec.name}/keys/EWR").json()["rows"]
+    assert [r["window_start"] for r in rows][-2:] == [T0 + 5 * HOUR, T0 + 7 * HOUR]  # the bad ones are not rows
+    assert client.get("/health").json()["speed_skipped"] == 2
