@@ -242,16 +242,19 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, bootstrap: str
         refresh_interval_s: how often (s, at most) the index checks for new Delta versions.
         bootstrap: Kafka bootstrap servers: each answer merges the speed layer's current rows,
             read from the view output topics (:class:`~serving.views.live.LiveViews`, started
-            here, stopped at the app's shutdown); ``None``: the published snapshots alone.
+            at the app's startup, stopped at its shutdown); ``None``: the published snapshots
+            alone.
     """
     lake = Path(lake)
     index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     served = ServedViews(index)
     if bootstrap is not None:
-        served.live = LiveViews(bootstrap, served.served).start()
+        served.live = LiveViews(bootstrap, served.served)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if served.live is not None:
+            served.live.start()
         try:
             yield
         finally:
