@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 PRUNE_DELAY_S = 30.0
 #: seconds between two looks at the served views (new view topics, new watermarks)
 VIEWS_CHECK_S = 1.0
-#: records applied per ``consume`` call
+#: records taken per ``consume`` call
 CONSUME_BATCH = 2_000
+#: decoded records put in per hold of the lock readers take
+APPLY_CHUNK = 200
 
 #: ``(window_start, window_end)`` of a row, ``(None, None)`` for a table row
 Window = tuple[int | None, int | None]
@@ -321,39 +323,50 @@ class LiveViews:
         return sorted(tmd.partitions)
 
     def _apply(self, messages: list[Any]) -> None:
+        """Decode ``messages`` (no lock held: only this thread changes the tables), then put
+        them in under the lock, :data:`APPLY_CHUNK` at a time, so readers wait at most for a
+        chunk of dict updates."""
         from confluent_kafka import KafkaError
 
-        if not messages:
-            return
-        with self._lock:
-            for msg in messages:
-                err = msg.error()
-                table = self._tables.get(msg.topic())
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if table is not None and msg.offset() >= table.pending.get(msg.partition(), 0):
-                            table.pending.pop(msg.partition(), None)
+        decoded: list[tuple[_ViewTable, Any, tuple[str, Window] | None, str | None]] = []
+        for msg in messages:
+            err = msg.error()
+            table = self._tables.get(msg.topic())
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if table is not None and msg.offset() >= table.pending.get(msg.partition(), 0):
+                        decoded.append((table, msg, None, None))
+                    continue
+                self._error = str(err)
+                log.warning("serving: error reading view topic %s: %s", msg.topic(), err)
+                continue
+            if table is None:  # unassigned meanwhile
+                continue
+            try:
+                key, start, end = decode_view_key(msg.key(), table.spec.windowed)
+                value = msg.value()
+                text = None if value is None else value.decode("utf-8")
+            except (SpeedSourceError, UnicodeDecodeError) as exc:
+                self._bad_records += 1
+                n = self._bad_records
+                if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at every power of two
+                    log.error("serving: skipped a record of %s[%d]@%d that breaks the view topic contract "
+                              "(%d so far): %s", msg.topic(), msg.partition(), msg.offset(), n, exc)
+                decoded.append((table, msg, None, None))  # its offset still counts for catching up
+                continue
+            decoded.append((table, msg, (key, (start, end)), text))
+        for first in range(0, len(decoded), APPLY_CHUNK):
+            with self._lock:
+                for table, msg, row, text in decoded[first:first + APPLY_CHUNK]:
+                    p = msg.partition()
+                    if msg.error() is not None:  # end of the partition
+                        table.pending.pop(p, None)
                         continue
-                    self._error = str(err)
-                    log.warning("serving: error reading view topic %s: %s", msg.topic(), err)
-                    continue
-                if table is None:  # unassigned meanwhile
-                    continue
-                p = msg.partition()
-                if p in table.pending and msg.offset() >= table.pending[p] - 1:
-                    del table.pending[p]
-                try:
-                    key, start, end = decode_view_key(msg.key(), table.spec.windowed)
-                    value = msg.value()
-                    text = None if value is None else value.decode("utf-8")
-                except (SpeedSourceError, UnicodeDecodeError) as exc:
-                    self._bad_records += 1
-                    n = self._bad_records
-                    if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at every power of two
-                        log.error("serving: skipped a record of %s[%d]@%d that breaks the view topic contract "
-                                  "(%d so far): %s", msg.topic(), p, msg.offset(), n, exc)
-                    continue
-                ts = msg.timestamp()[1]
-                if table.stream_time_ms is None or ts > table.stream_time_ms:
-                    table.stream_time_ms = ts
-                table.put(key, (start, end), text, ts)
+                    if p in table.pending and msg.offset() >= table.pending[p] - 1:
+                        del table.pending[p]
+                    if row is None:
+                        continue
+                    ts = msg.timestamp()[1]
+                    if table.stream_time_ms is None or ts > table.stream_time_ms:
+                        table.stream_time_ms = ts
+                    table.put(row[0], row[1], text, ts)
