@@ -155,6 +155,7 @@ class LiveViews:
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         self._bad_records = 0
+        self._missing: set[str] = set()  # served views whose topic does not exist (at the last look)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> LiveViews:
@@ -210,7 +211,8 @@ class LiveViews:
 
     def wait_caught_up(self, timeout_s: float = 30.0, views: Iterable[str] | None = None) -> bool:
         """Wait until ``views`` (default: every followed view, at least one) are followed and
-        caught up; ``False`` at the timeout (seconds)."""
+        caught up; ``False`` at the timeout (seconds), or at once when the topic of one of
+        ``views`` does not exist."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
@@ -218,6 +220,8 @@ class LiveViews:
                 tables = [self._tables.get(v) for v in names]
                 if names and all(t is not None and not t.pending for t in tables):
                     return True
+                if views is not None and self._missing.intersection(names):
+                    return False
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
@@ -273,7 +277,9 @@ class LiveViews:
             if table is None:
                 partitions = self._partitions(consumer, view)
                 if partitions is None:
+                    self._missing.add(view)
                     continue
+                self._missing.discard(view)
                 table = _ViewTable(spec, applied_ms=watermark)
                 for p in partitions:
                     low, high = consumer.get_watermark_offsets(TopicPartition(view, p), timeout=10)

@@ -202,7 +202,8 @@ def query_live(lake: Path | str, bootstrap: str | None, view: str, key: str, fro
     """One merged answer (``duet query``): every row of ``key`` in ``view`` overlapping
     ``[from_ms, to_ms]``, the published snapshot merged with the view topic read to its end
     (``bootstrap`` ``None``: the snapshot alone). When the topic is not read to its end within
-    ``timeout_s`` seconds, the answer holds what was read (``speed.caught_up`` false; logged).
+    ``timeout_s`` seconds, or does not exist, the answer holds what was read
+    (``speed.caught_up`` false; logged).
 
     Raises:
         UnknownViewError, UnknownKeyError: as :meth:`ServedViews.page`.
@@ -214,6 +215,6 @@ def query_live(lake: Path | str, bootstrap: str | None, view: str, key: str, fro
     with LiveViews(bootstrap, served.served) as live:
         served.live = live
         if not live.wait_caught_up(timeout_s, [view]):
-            log.warning("the view topic %s was not read to its end in %.0f s: the answer holds what was read",
-                        view, timeout_s)
+            log.warning("the view topic %s was not read to its end in %.0f s (or does not exist on %s): the answer "
+                        "holds what was read", view, timeout_s, bootstrap)
         return served.page(view, key, from_ms, to_ms)

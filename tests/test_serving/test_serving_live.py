@@ -321,3 +321,17 @@ def test_a_record_breaking_the_contract_is_skipped_and_counted(
     rows = client.get(f"/views/{spec.name}/keys/EWR").json()["rows"]
     assert [r["window_start"] for r in rows][-2:] == [T0 + 5 * HOUR, T0 + 7 * HOUR]  # the bad ones are not rows
     assert client.get("/health").json()["speed_skipped"] == 2
+
+
+def test_duet_query_on_a_broker_without_the_view_topic_answers_the_snapshot(tmp_path: Path, kafka_bootstrap: str,
+                                                                           view_name: str) -> None:
+    from serving.views.served import query_live
+
+    lake = tmp_path / "lake"
+    spec = ViewSpec.tumbling(view_name, HOUR)
+    publish(lake, [spec], {view_name: frame([_hour(0, {"count": 1})])}, {}, T0 + HOUR)
+    started = time.monotonic()
+    page = query_live(lake, kafka_bootstrap, view_name, "EWR", timeout_s=60)
+    assert time.monotonic() - started < 30  # not the whole timeout: the topic is known missing
+    assert [(r["source"], r["window_start"]) for r in page.rows] == [("batch", T0)]
+    assert page.speed is not None and not page.speed.caught_up
