@@ -369,6 +369,9 @@ def serve(
     lake: LakeOpt = None,
     host: Annotated[str, typer.Option("--host", help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8000,
+    bootstrap: Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers of the speed layer's "
+        "view topics (default $KAFKA_BOOTSTRAP_SERVERS): answers merge their current rows; none: the published views "
+        "alone.")] = None,
 ) -> None:
     """Serve the pipeline's merged views over HTTP (FastAPI + uvicorn): the pages /ui and
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
@@ -385,7 +388,8 @@ def serve(
         check_port_free(host, port)
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
     about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
-    serve_app(root, host=host, port=port, about=about)
+    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
+    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap))
 
 
 # --------------------------------------------------------------------------- query
@@ -401,6 +405,9 @@ def query(
     list_views: Annotated[bool, typer.Option("--list", help="List the served views.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Keys listed when no key is given.")] = 50,
+    bootstrap: Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers of the speed layer's "
+        "view topics (default $KAFKA_BOOTSTRAP_SERVERS): answers merge their current rows; none: the published views "
+        "alone.")] = None,
 ) -> None:
     """Read a merged view from the lake, as `GET /views/{view}/keys/{key}` does: the rows of
     KEY whose window overlaps [--from, --to], each with the layer it came from (all of them:
@@ -434,7 +441,9 @@ def query(
         hi = parse_time_ms(to, "--to") if to else None
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"--from ({ms_to_iso(lo)}) is after --to ({ms_to_iso(hi)})")
-        rows = index.query(view, key, lo, hi)
+        from pipelines.cli.support import external_bootstrap  # live: merge the view topic (docs/live-serving.md)
+        from serving.views.served import query_live
+        rows = query_live(root, external_bootstrap(bootstrap), view, key, lo, hi).rows
     if json_out:  # ``value`` as the JSON it holds (the API's ``value``), not its text
         print(json.dumps([{**r, "value": _json_value(r["value"])} for r in rows]))
         return

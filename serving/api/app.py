@@ -2,7 +2,8 @@
 
 Endpoints (times in epoch ms plus ISO-8601 UTC):
 
-* ``GET /health``: status, number of served views, batch watermark.
+* ``GET /health``: status, number of served views, batch watermark; serving live, what was
+  read of each view topic (stream time, caught up).
 * ``GET /views``: every view with its spec, row count, key count and Delta version.
 * ``GET /views/{view}``: one view.
 * ``GET /views/{view}/keys?limit=&offset=&q=``: the sorted keys of a view; ``q`` searches
@@ -27,9 +28,11 @@ document for every code each route returns.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,7 +50,9 @@ from serving.errors import InvalidCursorError, InvalidTimeError, ServingError, U
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
 from serving.views.index import ViewIndex
+from serving.views.live import LiveViews
 from serving.views.model import ViewSpec
+from serving.views.served import ServedViews
 
 if TYPE_CHECKING:
     from serving.api.pages import About
@@ -89,11 +94,26 @@ class ViewsResponse(BaseModel):
     views: list[ViewInfo]
 
 
+class SpeedViewState(BaseModel):
+    """What serving has read of a view's output topic (docs/live-serving.md)."""
+
+    stream_time_ms: int | None = Field(description="the largest record timestamp read, epoch ms")
+    stream_time: str | None
+    caught_up: bool = Field(description="whether the topic was read to its end offsets once")
+    rows: int = Field(description="rows held: the windows open at the batch watermark")
+
+
 class HealthResponse(BaseModel):
     status: Literal["ok"]
     views: int = Field(description="number of served views")
     batch_watermark_ms: int | None = Field(description="batch watermark, epoch ms (null: no batch yet)")
     batch_watermark: str | None = Field(description="batch watermark, ISO-8601 UTC")
+    speed: dict[str, SpeedViewState] | None = Field(
+        None, description="serving live (with a broker): per view, what was read from its output topic; null: "
+        "the published views alone")
+    speed_error: str | None = Field(None, description="the last error reading the view topics (null: none)")
+    speed_skipped: int | None = Field(
+        None, description="view topic records skipped since the start as breaking the contract (docs/contracts.md)")
 
 
 class Row(BaseModel):
@@ -111,7 +131,8 @@ class Row(BaseModel):
 
 
 class KeyRowsResponse(BaseModel):
-    """A page of a key's rows, ordered by ``window_start`` then ``window_end``."""
+    """A page of a key's rows, ordered by ``window_start`` then ``window_end``: the batch
+    snapshot up to its watermark merged with the speed layer's current rows after it."""
 
     view: str
     key: str
@@ -121,6 +142,17 @@ class KeyRowsResponse(BaseModel):
     rows: list[Row]
     next_cursor: str | None = Field(
         description="pass as 'cursor' (same view, key, from, to) for the next page; null on the last page")
+    version: int = Field(description="Delta version of <lake>/serving/<view> answered from")
+    batch_watermark_ms: int | None = Field(
+        description="the batch watermark that version was merged at, epoch ms: windows closed at it come "
+        "from the batch layer (null: no batch)")
+    batch_watermark: str | None = Field(description="the batch watermark, ISO-8601 UTC")
+    speed_stream_time_ms: int | None = Field(
+        description="the largest record timestamp read from the view's output topic, epoch ms (null: none "
+        "read, or serving without a broker)")
+    speed_stream_time: str | None = Field(description="the speed stream time, ISO-8601 UTC")
+    live: bool = Field(description="whether the speed layer's current rows are merged in (serving with a "
+                       "broker and the view topic read to its end once)")
 
 
 class KeysResponse(BaseModel):
@@ -205,7 +237,8 @@ def _bound(text: str | None, name: str) -> int | None:
     return None if text is None or text == "" else parse_time_ms(text, name)
 
 
-def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About | None = None) -> FastAPI:
+def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About | None = None,
+               bootstrap: str | None = None) -> FastAPI:
     """Build the API over ``<lake>`` (reads ``serving/``, ``views/_batch.json``, ``quality/``).
 
     Args:
@@ -213,9 +246,29 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
         refresh_interval_s: how often (s, at most) the index checks for new Delta versions.
         about: the pipeline's name and description and its views' descriptions, shown by the
             index page ``/ui`` (:class:`serving.api.pages.About`); none: the views' names only.
+        bootstrap: Kafka bootstrap servers: each answer merges the speed layer's current rows,
+            read from the view output topics (:class:`~serving.views.live.LiveViews`, started
+            at the app's startup, stopped at its shutdown); ``None``: the published snapshots
+            alone.
     """
     lake = Path(lake)
+    index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
+    served = ServedViews(index)
+    if bootstrap is not None:
+        served.live = LiveViews(bootstrap, served.served)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if served.live is not None:
+            served.live.start()
+        try:
+            yield
+        finally:
+            if served.live is not None:
+                served.live.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="duet serving",
         version="0.1.0",
         description="Merged lambda-architecture views: batch results for closed windows, "
@@ -224,8 +277,8 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
         redoc_url=None,
     )
     add_offline_docs(app)
-    index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     app.state.index = index
+    app.state.served = served
     app.state.lake = lake
 
     @app.exception_handler(UnknownViewError)
@@ -256,8 +309,20 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
         except ServingError:  # a malformed _batch.json must not make the service look down
             log.exception("cannot read the batch watermark of %s", lake)
             wm = None
+        speed, skipped = None, None
+        errors = set()
+        if served.live is not None:
+            speed = {}
+            for name in index.views():
+                state = served.live.state(name)
+                speed[name] = SpeedViewState(stream_time_ms=state.stream_time_ms,
+                                             stream_time=ms_to_iso(state.stream_time_ms),
+                                             caught_up=state.caught_up, rows=state.rows)
+                errors.add(state.error)
+                skipped = state.skipped
         return HealthResponse(status="ok", views=len(index.views()), batch_watermark_ms=wm,
-                              batch_watermark=ms_to_iso(wm))
+                              batch_watermark=ms_to_iso(wm), speed=speed,
+                              speed_error=next((e for e in errors if e), None), speed_skipped=skipped)
 
     @app.get("/views", response_model=ViewsResponse, tags=["views"])
     def views() -> ViewsResponse:
@@ -282,9 +347,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
         """The sorted keys of a view, paginated; with ``q``, the keys matching it (``total``
         counts the matches)."""
         if not q:
-            return KeysResponse(view=view, total=index.key_count(view), offset=offset, limit=limit,
-                                keys=index.keys(view, limit=limit, offset=offset))
-        total, found = search_keys(index.keys(view), q, limit=limit, offset=offset)
+            listed = served.keys(view)
+            return KeysResponse(view=view, total=len(listed), offset=offset, limit=limit,
+                                keys=listed[offset:offset + limit])
+        total, found = search_keys(served.keys(view), q, limit=limit, offset=offset)
         return KeysResponse(view=view, total=total, offset=offset, limit=limit, keys=found)
 
     @app.get(
@@ -318,7 +384,7 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
                 f"'to' ({to_ms} ms, {ms_to_iso(to_ms)})",
             )
         after = None if not cursor else decode_cursor(cursor)  # empty: none, as from/to
-        page = index.page(view, key, from_ms, to_ms, after=after, limit=limit)
+        page = served.page(view, key, from_ms, to_ms, after=after, limit=limit)
         iso_of: dict[int | None, str | None] = {}  # window bounds repeat: a window's end is a later one's start
 
         def iso(ms: int | None) -> str | None:
@@ -342,8 +408,13 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
             for r in page.rows
         ]
         next_cursor = None if page.next is None else encode_cursor(page.next)
+        stream_ms = None if page.speed is None else page.speed.stream_time_ms
         response = _json_response({"view": view, "key": key, "from_ms": from_ms, "to_ms": to_ms, "limit": limit,
-                                   "rows": rows, "next_cursor": next_cursor})
+                                   "rows": rows, "next_cursor": next_cursor, "version": page.version,
+                                   "batch_watermark_ms": page.batch_watermark_ms,
+                                   "batch_watermark": ms_to_iso(page.batch_watermark_ms),
+                                   "speed_stream_time_ms": stream_ms, "speed_stream_time": ms_to_iso(stream_ms),
+                                   "live": page.speed is not None and page.speed.caught_up})
         if next_cursor is not None:
             response.headers["Link"] = next_link(str(request.url.include_query_params(cursor=next_cursor)))
         return response
@@ -360,14 +431,19 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
 
     from serving.api.pages import pages_router
 
-    app.include_router(pages_router(index, lake, about))
+    from serving.api.edge import edge_router
+
+    app.include_router(pages_router(index, lake, about, served))
+    app.include_router(edge_router(served))
     return app
 
 
 def serve(lake: Path | str, host: str = "127.0.0.1", port: int = 8000,
-          refresh_interval_s: float = 5.0, log_level: str = "info", about: About | None = None) -> None:
-    """Run the API with uvicorn (blocking) on ``host:port`` (``about``: see :func:`create_app`)."""
+          refresh_interval_s: float = 5.0, log_level: str = "info", about: About | None = None,
+          bootstrap: str | None = None) -> None:
+    """Run the API with uvicorn (blocking) on ``host:port`` (``about``, ``bootstrap``: see
+    :func:`create_app`)."""
     import uvicorn
 
-    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, about=about), host=host, port=port,
-                log_level=log_level)
+    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, about=about, bootstrap=bootstrap),
+                host=host, port=port, log_level=log_level)

@@ -28,6 +28,7 @@ after ``to`` a 400 page, a malformed time a 422 page; each names what exists or 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -45,12 +46,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from serving.api.charts import series_figure, sessions_figure, top_keys_figure
+from serving.api.edge import POLL_MS
 from serving.api.keysearch import search_keys
 from serving.api.times import ms_to_iso, parse_time_ms
 from serving.errors import InvalidTimeError, ServingError, UnknownKeyError, UnknownViewError
 from serving.quality.suite import QualityResult, load_results
 from serving.views.batch import read_batch_watermark
 from serving.views.index import ViewIndex, ViewSnapshot
+from serving.views.served import ServedViews
 from serving.views.series import (
     AGGREGATES,
     Series,
@@ -189,9 +192,12 @@ class About:
     views: Mapping[str, str] = field(default_factory=dict)
 
 
-def pages_router(index: ViewIndex, lake: Path, about: About | None = None) -> APIRouter:
+def pages_router(index: ViewIndex, lake: Path, about: About | None = None,
+                 served: ServedViews | None = None) -> APIRouter:
     """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``; ``about``
-    titles the index and describes its views."""
+    titles the index and describes its views; with ``served`` live (a broker), a key's charts
+    are drawn from its merged rows (batch + the speed layer's current rows), the whole view's
+    from the published snapshot."""
     about = about or About()
     router = APIRouter(prefix="/ui", include_in_schema=False)
     values_cache = _ValuesCache()
@@ -234,7 +240,10 @@ def pages_router(index: ViewIndex, lake: Path, about: About | None = None) -> AP
         root = request.scope.get("root_path", "")
         key, field, agg, from_, to = (v or None for v in (key, field, agg, from_, to))
         try:
-            snap = index.snapshot(view)
+            snap = whole = index.snapshot(view)
+            if key is not None and served is not None and served.live is not None:
+                with contextlib.suppress(UnknownKeyError):  # unknown: the 404 below, with near keys
+                    snap = served.key_snapshot(view, key)
             from_ms = None if from_ is None else parse_time_ms(from_, "from")
             to_ms = None if to is None else parse_time_ms(to, "to")
         except UnknownViewError as exc:
@@ -274,16 +283,18 @@ def pages_router(index: ViewIndex, lake: Path, about: About | None = None) -> AP
             return f"{root}/ui/views/{quote(view, safe='')}" + (f"?{urlencode(query)}" if query else "")
 
         presets = _presets(frame, spec.windowed, url, from_, to)
-        listed = list(snap.ranges)[:KEY_RESULTS] if len(snap.ranges) <= KEY_RESULTS else []
+        listed = list(whole.ranges)[:KEY_RESULTS] if len(whole.ranges) <= KEY_RESULTS else []
         return _render(
-            "view.html", root=root, view=view, description=about.views.get(view, ""), kind=kind, rows=snap.rows,
-            keys_total=len(snap.ranges),
+            "view.html", root=root, view=view, description=about.views.get(view, ""), kind=kind, rows=whole.rows,
+            keys_total=len(whole.ranges),
             version=snap.version, watermark=wm_iso, key=key or "", fields=fields,
             aggregates=AGGREGATES,
             from_text=from_ or "", to_text=to or "", presets=presets,
             listed_keys=[{"key": k, "url": url(key=k)} for k in listed], all_keys_url=url(key=None),
             key_results=KEY_RESULTS, quality=quality().get(view),
-            max_points=MAX_POINTS, edge_windows=EDGE_WINDOWS,
+            max_points=MAX_POINTS, edge_windows=EDGE_WINDOWS, poll_ms=POLL_MS,
+            edge_url=f"{root}/views/{quote(view, safe='')}/edge?"
+            + urlencode({k: v for k, v in {"key": key, "field": field}.items() if v}),
             speed_span_iso=[ms_to_iso(t) for t in chart["speed_span"]] if chart["speed_span"] else None, **chart,
         )
 

@@ -11,6 +11,7 @@ never a mix.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -23,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from batch_layer.delta.layout import LakeLayout
-from serving.errors import UnknownKeyError, UnknownViewError
+from serving.errors import ServingError, UnknownKeyError, UnknownViewError
+from serving.views.batch import read_batch_watermark
 from serving.views.frames import normalize_view_frame
 from serving.views.model import ViewSpec, load_catalogue
 
@@ -47,6 +49,9 @@ class ViewSnapshot:
         loaded_at: wall-clock time of the load (epoch seconds).
         starts: ``frame.window_start`` as int64, a null as ``NULL_MS`` (sorted within a key).
         ends: ``frame.window_end`` likewise.
+        watermark_ms: the batch watermark (epoch ms; ``None``: no batch) this version was
+            merged at, from its Delta commit info (:data:`serving.views.publish.WATERMARK_KEY`);
+            for a version written without it, ``<lake>/views/_batch.json``'s when loaded.
     """
 
     spec: ViewSpec
@@ -56,18 +61,28 @@ class ViewSnapshot:
     loaded_at: float
     starts: np.ndarray = field(repr=False)
     ends: np.ndarray = field(repr=False)
+    watermark_ms: int | None = None
 
     @property
     def rows(self) -> int:
         return len(self.frame)
 
     @classmethod
-    def load(cls, spec: ViewSpec, path: Path, version: int) -> ViewSnapshot:
-        """Load ``version`` of the Delta table at ``path``."""
+    def load(cls, spec: ViewSpec, path: Path, version: int,
+             fallback_watermark: Callable[[], int | None] = lambda: None) -> ViewSnapshot:
+        """Load ``version`` of the Delta table at ``path``; its watermark from the commit info,
+        else ``fallback_watermark()``."""
         from deltalake import DeltaTable
 
+        recorded, watermark_ms = _commit_watermark(path, version)
+        if not recorded:
+            watermark_ms = fallback_watermark()
         table = DeltaTable(str(path), version=version).to_pyarrow_table()
-        df = table.to_pandas()
+        return cls.from_frame(spec, version, table.to_pandas(), watermark_ms)
+
+    @classmethod
+    def from_frame(cls, spec: ViewSpec, version: int, df: pd.DataFrame, watermark_ms: int | None) -> ViewSnapshot:
+        """A snapshot of the served rows ``df`` (served columns; ``source`` may be missing)."""
         if "source" not in df.columns:
             df = df.assign(source=None)
         df = normalize_view_frame(df, with_source=True)
@@ -84,7 +99,33 @@ class ViewSnapshot:
             ranges = {}
         return cls(spec=spec, version=version, frame=df, ranges=ranges, loaded_at=time.time(),
                    starts=df["window_start"].to_numpy(dtype=np.int64, na_value=NULL_MS),
-                   ends=df["window_end"].to_numpy(dtype=np.int64, na_value=NULL_MS))
+                   ends=df["window_end"].to_numpy(dtype=np.int64, na_value=NULL_MS),
+                   watermark_ms=watermark_ms)
+
+
+def _commit_watermark(path: Path, version: int) -> tuple[bool, int | None]:
+    """``(recorded, watermark_ms)`` from the commit info of ``version`` of the Delta table at
+    ``path`` (its ``_delta_log/<version>.json``); ``(False, None)`` when the commit does not
+    record one (written before the watermark was recorded, or its log file cleaned up).
+
+    Raises:
+        ServingError: if the recorded watermark is not an integer or null.
+    """
+    from serving.views.publish import WATERMARK_KEY
+
+    log_file = path / "_delta_log" / f"{version:020d}.json"
+    try:
+        lines = log_file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return False, None
+    for line in lines:
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if info is not None and WATERMARK_KEY in info:
+            value = info[WATERMARK_KEY]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ServingError(f"{log_file}: {WATERMARK_KEY} is {value!r}, not epoch ms")
+            return True, value
+    return False, None
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -230,7 +271,8 @@ class ViewIndex:
                     if previous is not None and previous.version == version and previous.spec == spec:
                         new[name] = previous
                     else:
-                        new[name] = ViewSnapshot.load(spec, path, version)
+                        new[name] = ViewSnapshot.load(spec, path, version,
+                                                      lambda: read_batch_watermark(self.lake))
                         log.info("loaded view %s version %d (%d rows)", name, version,
                                  new[name].rows)
                 except Exception:
@@ -262,6 +304,11 @@ class ViewIndex:
             return snaps[view]
         except KeyError:
             raise UnknownViewError(view, snaps.keys()) from None
+
+    def loaded(self) -> dict[str, ViewSnapshot]:
+        """The snapshots as loaded now, without looking for new versions (for a thread that
+        must not spend its time loading one: requests do that)."""
+        return dict(self._snapshots)
 
     # -- queries ---------------------------------------------------------------------------
     def views(self) -> list[str]:
@@ -341,10 +388,19 @@ class ViewIndex:
             UnknownViewError: if the view is not served.
             UnknownKeyError: if the key has no row in the view (regardless of the bounds).
         """
-        snap = self.snapshot(view)
+        return self.page_of(self.snapshot(view), key, from_ms, to_ms, after, limit)
+
+    @staticmethod
+    def page_of(snap: ViewSnapshot, key: str, from_ms: int | None = None, to_ms: int | None = None,
+                after: RowPosition | None = None, limit: int | None = None) -> KeyPage:
+        """:meth:`page` on a snapshot already taken (one snapshot for a whole request).
+
+        Raises:
+            UnknownKeyError: if the key has no row in the snapshot.
+        """
         bounds = snap.ranges.get(key)
         if bounds is None:
-            raise UnknownKeyError(view, key)
+            raise UnknownKeyError(snap.spec.name, key)
         picked, more = _select(snap, bounds[0], bounds[1], from_ms, to_ms, after, limit)
         if len(picked) and picked[-1] - picked[0] == len(picked) - 1:
             rows = snap.frame.iloc[int(picked[0]):int(picked[-1]) + 1]  # contiguous: a slice, no copy

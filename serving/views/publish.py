@@ -12,7 +12,11 @@ from serving.views.frames import to_arrow
 from serving.views.merge import merge_view
 from serving.views.model import ViewSpec, load_catalogue, save_catalogue
 
-__all__ = ["served_view_path", "write_served_view", "publish"]
+__all__ = ["WATERMARK_KEY", "served_view_path", "write_served_view", "publish"]
+
+#: the commit-info key of a served view's Delta commit holding the batch watermark (epoch ms,
+#: ``null``: no batch) the view was merged at: a version and its watermark are one snapshot
+WATERMARK_KEY = "duet.batch_watermark_ms"
 
 
 def served_view_path(lake: Path | str, view: str) -> Path:
@@ -20,18 +24,23 @@ def served_view_path(lake: Path | str, view: str) -> Path:
     return Path(LakeLayout(lake).serving_view(view))
 
 
-def write_served_view(lake: Path | str, view: str, merged: pd.DataFrame) -> int:
-    """Overwrite ``<lake>/serving/<view>`` with ``merged`` (one new Delta version).
+def write_served_view(lake: Path | str, view: str, merged: pd.DataFrame,
+                      watermark_ms: int | None = None) -> int:
+    """Overwrite ``<lake>/serving/<view>`` with ``merged`` (one new Delta version), recording
+    ``watermark_ms`` (the batch watermark ``merged`` was merged at, epoch ms) in the commit
+    info under :data:`WATERMARK_KEY`, so a reader takes the version and its watermark as one
+    immutable snapshot (:class:`serving.views.index.ViewSnapshot`).
 
     Returns:
         The new Delta version of the table.
     """
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
 
     path = served_view_path(lake, view)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_deltalake(str(path), to_arrow(merged, with_source=True), mode="overwrite",
-                    schema_mode="overwrite")
+                    schema_mode="overwrite",
+                    commit_properties=CommitProperties(custom_metadata={WATERMARK_KEY: watermark_ms}))
     return DeltaTable(str(path)).version()
 
 
@@ -72,7 +81,7 @@ def publish(
     for spec in specs:
         merged = merge_view(spec, batch_frames.get(spec.name), speed_frames.get(spec.name),
                             watermark_ms)
-        write_served_view(lake, spec.name, merged)
+        write_served_view(lake, spec.name, merged, watermark_ms)
         counts[spec.name] = len(merged)
         catalogue[spec.name] = spec
     save_catalogue(lake, catalogue)

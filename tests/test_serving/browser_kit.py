@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,15 +24,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_lake(lake: Path) -> Iterator[str]:
-    """The serving app over ``lake`` on a free loopback port (uvicorn in a thread); yields its
-    base URL and stops it on exit. Fails the test if ``/health`` does not answer in 30 s."""
+def serve_lake(lake: Path, **options: Any) -> Iterator[str]:
+    """The serving app over ``lake`` (``create_app(lake, **options)``) on a free loopback port
+    (uvicorn in a thread); yields its base URL and stops it on exit. Fails the test if
+    ``/health`` does not answer in 30 s."""
     import uvicorn
 
     from serving.api.app import create_app
 
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(lake), host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(create_app(lake, **options), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -69,7 +69,8 @@ def test_health_and_views(client: TestClient) -> None:
     r = client.get("/health")
     assert r.status_code == 200
     assert r.json() == {"status": "ok", "views": 3, "batch_watermark_ms": WATERMARK,
-                        "batch_watermark": "2013-01-01T05:00:00.000Z"}
+                        "batch_watermark": "2013-01-01T05:00:00.000Z", "speed": None, "speed_error": None,
+                        "speed_skipped": None}
     views = {v["name"]: v for v in client.get("/views").json()["views"]}
     assert set(views) == {"dep_counts", "sessions", "latest"}
     assert views["dep_counts"] == {
