@@ -497,6 +497,7 @@ def init(
 
 
 import pipelines.cli.dagster_commands  # noqa: E402,F401 - registers ui and backfill on the app
+import pipelines.cli.up  # noqa: E402,F401 - registers up on the app
 
 
 def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``

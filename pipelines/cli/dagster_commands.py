@@ -173,18 +173,8 @@ def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: P
     """Run ``dagster dev`` on the pipelines ``refs`` (named ``names``) until it ends or Ctrl-C /
     SIGTERM (then stop it and its children); its exit status (0 after Ctrl-C)."""
     import signal
-    import subprocess
 
-    from pipelines.dagster.home import ensure_dagster_home
-
-    home = ensure_dagster_home()
-    env = {**os.environ, BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home),
-           "DUET_PIPELINES": ",".join(refs)}
-    if search is not None:
-        env["DUET_PROJECT_ROOT"] = str(search)
-    dagster = Path(sys.executable).with_name("dagster")
-    cmd = [str(dagster), "dev", "-m", "pipelines.dagster.workspace", "-h", host, "-p", str(port)]
-    proc = subprocess.Popen(cmd, env=env, cwd=search or Path.cwd(), start_new_session=True)
+    proc, home = start_dagster_dev(refs, search, root, servers, host, port)
 
     def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop dagster dev, then the broker
         raise KeyboardInterrupt
@@ -197,12 +187,51 @@ def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: P
     except KeyboardInterrupt:
         return 0
     finally:
-        if proc.poll() is None:  # stop dagster dev and its children (webserver, daemon, code server)
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+        stop_process_group(proc)
+
+
+def start_dagster_dev(refs: list[str], search: Path | None, root: Path, servers: str, host: str, port: int,
+                      env: dict[str, str] | None = None, output: Any = None) -> tuple[Any, Path]:
+    """Start ``dagster dev`` (webserver, daemon, code server) on the pipelines ``refs``, the
+    lake ``root`` and the Kafka ``servers``, in a session of its own (a terminal's Ctrl-C
+    reaches the caller only: :func:`stop_process_group` stops it); ``env``: more variables;
+    ``output``: a file its stdout and stderr go to (default: the caller's).
+    Returns the process and the ``DAGSTER_HOME`` (:func:`pipelines.dagster.home.ensure_dagster_home`)."""
+    import subprocess
+
+    from pipelines.dagster.home import ensure_dagster_home
+
+    home = ensure_dagster_home()
+    full = {**os.environ, BOOTSTRAP_ENV: servers, "DUET_LAKE": str(root), "DAGSTER_HOME": str(home),
+            "DUET_PIPELINES": ",".join(refs), **(env or {})}
+    if search is not None:
+        full["DUET_PROJECT_ROOT"] = str(search)
+    dagster = Path(sys.executable).with_name("dagster")
+    cmd = [str(dagster), "dev", "-m", "pipelines.dagster.workspace", "-h", host, "-p", str(port)]
+    return subprocess.Popen(cmd, env=full, cwd=search or Path.cwd(), start_new_session=True, stdout=output,
+                            stderr=output), home
+
+
+def stop_process_group(proc: Any, timeout_s: float = 30.0, *, terminate: bool = True) -> None:
+    """Stop a child started in a session of its own: SIGTERM to it (unless ``terminate`` is
+    false: it was sent already), which stops its own children in order (``dagster dev``: the
+    daemon, the webserver, the code server), SIGKILL to its process group after
+    ``timeout_s``; then SIGKILL to what is left of the group (a child its leader did not wait
+    for: no orphan outlives the command)."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        if terminate:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _ui_kept(phases: Phases) -> str:

@@ -27,12 +27,25 @@ from pipelines.declaration.pipeline import Pipeline
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
-__all__ = ["recompute_job", "recompute_schedule", "recompute_request", "request_for_new_data", "TOUCHED_DAYS_TAG",
+__all__ = ["AUTOMATION_ENV", "automation_running", "recompute_job", "recompute_schedule", "recompute_request", "request_for_new_data", "TOUCHED_DAYS_TAG",
            "RANGE_START_TAG", "RANGE_END_TAG", "context_instance"]
 
 #: Dagster's run tags of a partition range (a single-run backfill's run has them too)
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+#: ``running``: the recompute schedule and the new-data sensor start running (Dagster's
+#: ``default_status``; ``duet up`` sets it for its ``dagster dev``); else they start stopped,
+#: to be turned on in the UI. Either way a state set in the UI (stored in the instance) wins.
+AUTOMATION_ENV = "DUET_AUTOMATION"
+
+
+def automation_running() -> bool:
+    """``$DUET_AUTOMATION`` is ``running`` (see :data:`AUTOMATION_ENV`)."""
+    import os
+
+    return os.environ.get(AUTOMATION_ENV, "").strip().lower() == "running"
+
 
 _NO_CLUSTER = f"no Kafka cluster configured (set {BOOTSTRAP_ENV})"
 _ACTIVE = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -116,6 +129,7 @@ def recompute_schedule(p: Pipeline, job: "UnresolvedAssetJobDefinition") -> dg.S
         job=job,
         cron_schedule=p.partitions.schedule,
         execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING if automation_running() else dg.DefaultScheduleStatus.STOPPED,
         description=f"Recomputes the batch views of `{p.name}` when its topics hold records the lake lacks, for "
         f"the days they fall on (cron `{p.partitions.schedule}`, UTC).",
     )

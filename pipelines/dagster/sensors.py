@@ -34,7 +34,7 @@ import dagster as dg
 
 from pipelines.dagster.keys import sensor_name, speed_key
 from pipelines.dagster.resources import BOOTSTRAP_ENV, KafkaResource, LakeResource
-from pipelines.dagster.schedules import context_instance, request_for_new_data
+from pipelines.dagster.schedules import automation_running, context_instance, request_for_new_data
 from pipelines.dagster.speed_probe import (
     SPEED_CHECK_NAME,
     app_id_env,
@@ -107,7 +107,7 @@ def new_kafka_data(p: Pipeline, job: "UnresolvedAssetJobDefinition") -> dg.Senso
         name=sensor_name(p, "new_kafka_data"),
         job=job,
         minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.STOPPED,
+        default_status=dg.DefaultSensorStatus.RUNNING if automation_running() else dg.DefaultSensorStatus.STOPPED,
         description=f"Starts {job.name} for the days on which the records of {', '.join(topics)} not yet archived "
         "in the lake fall.",
     )

@@ -63,13 +63,14 @@ class ReplayStats:
 Feed = Callable[[Callable[[], int], Callable[[], bool]], ReplayStats]
 
 
-def sample_feed(bootstrap: str, sample: Sample, reporter: Reporter | None = None) -> Feed:
+def sample_feed(bootstrap: str, sample: Sample, reporter: Reporter | None = None, rate: float | None = None) -> Feed:
     """The feed that replays ``sample``'s events live into ``bootstrap``
-    (:func:`replay_events`, its progress on ``reporter``); its tables are produced first,
-    by :func:`pipelines.produce.load.produce_tables`."""
+    (:func:`replay_events`, its progress on ``reporter``, at most ``rate`` events/s when
+    given); its tables are produced first, by :func:`pipelines.produce.load.produce_tables`."""
 
     def feed(processed: Callable[[], int], sync: Callable[[], bool]) -> ReplayStats:
-        return replay_events(bootstrap, sample.events, processed, sync, reporter=reporter, total=sample.event_count())
+        return replay_events(bootstrap, sample.events, processed, sync, reporter=reporter, total=sample.event_count(),
+                             rate=rate)
 
     return feed
 
@@ -86,6 +87,7 @@ def replay_events(
     sync_every: int = 20_000,
     stall_s: float = 0.5,
     reporter: Reporter | None = None,
+    rate: float | None = None,
 ) -> ReplayStats:
     """Produce ``events`` (``(topic, record)`` in arrival order) in chunks, keeping about
     ``max_in_flight`` of them not yet fully processed by the speed layer.
@@ -112,6 +114,9 @@ def replay_events(
             of ``r`` was too high).
         reporter: progress of phase ``"load"``.
         total: the number of events (for the progress) when ``events`` has no length.
+        rate: at most this many events per second (wall clock), produced in chunks of a
+            twentieth of a second's worth (at least one event); ``None``: as fast as the
+            back-pressure allows (``duet up --rate``).
 
     Raises:
         LoadError: if an event is not delivered.
@@ -120,6 +125,10 @@ def replay_events(
     from pipelines.produce.load import LoadError, encode_value, source_producer
 
     rep = reporter or NullReporter()
+    if rate is not None:
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0 events/s, got {rate}")
+        chunk = max(1, min(chunk, int(rate / 20)))
     if isinstance(events, Sized):
         total = len(events)
     of = f"/{total:,}" if total is not None else ""
@@ -156,6 +165,10 @@ def replay_events(
                         # the speed layer is idle: r was overestimated; re-base on the counter
                         base_count = last - round((start - base_events - max_in_flight) * per_event)
                         break
+            if rate is not None:  # paced: the chunk leaves when the clock reaches its first event's turn
+                ahead = t0 + start / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
             for topic, rec in batch:
                 producer.produce(topic, value=encode_value(rec.value), key=None if rec.key is None else rec.key.encode(),
                                  timestamp=rec.timestamp, on_delivery=on_delivery)

@@ -338,6 +338,8 @@ def serve_speed(
     timeout_s: float = 3600.0,
     on_ready: Callable[[SpeedService], None] | None = None,
     stop: threading.Event | None = None,
+    config: dict[str, Any] | None = None,
+    on_stop: Callable[[], None] | None = None,
 ) -> ServedSpeed:
     """Run ``pipeline``'s speed layer as a service on ``host:port`` until SIGINT / SIGTERM
     (or ``stop`` is set): see the module docstring.
@@ -358,6 +360,10 @@ def serve_speed(
         timeout_s: for ``feed``: how long the speed layer may take to catch up, s.
         on_ready: called with the started :class:`SpeedService` once it serves.
         stop: an event that stops the service like a signal (for callers on other threads).
+        config: more Streams config, over the live replay's (``duet up``: ``commit.interval.ms``
+            200, so that the view topics trail by a fifth of a second).
+        on_stop: called once the service is told to stop, before the streams close (``duet
+            up`` tells its child processes to stop meanwhile).
 
     Returns:
         What the service did (:meth:`ServedSpeed.line` is the line to print).
@@ -373,7 +379,7 @@ def serve_speed(
     replay: ReplayStats | None = None
     service = SpeedService(pipeline, bootstrap, host, port, application_id=application_id, state_dir=state_dir,
                            advertised=advertised,
-                           extra=dict(LIVE_REPLAY_CONFIG) if feed is not None else None)
+                           extra={**(LIVE_REPLAY_CONFIG if feed is not None else {}), **(config or {})} or None)
     state = "CREATED"
     metrics: dict[str, Any] = {}
     with _stop_signals() as signals:
@@ -397,6 +403,8 @@ def serve_speed(
             stopped_by = exc.signame
         finally:
             signals.armed = False  # a second Ctrl-C does not interrupt the close
+            if on_stop is not None:
+                on_stop()
             if service.streams is not None:
                 state = service.streams.state
                 metrics = _final_metrics(service.streams)
