@@ -1,15 +1,16 @@
 """The ``duet`` command line (the console script ``duet = "pipelines.cli:app"``).
 
-* :mod:`.commands`: ``run``, ``load``, ``speed``, ``batch``, ``serve``, ``query``, ``init``;
+* :mod:`.commands`: ``run``, ``load``, ``speed``, ``batch``, ``serve``, ``query``;
 * :mod:`.dagster_commands`: ``ui`` and ``backfill`` (Dagster);
 * :mod:`.up`: ``up`` (the pipeline live: speed service, serving, Dagster, a fed sample);
 * :mod:`.support`: what the commands share (options, the Typer app, the embedded broker,
   phases, interrupts, lake locks, user errors);
-* :mod:`.scaffold`: ``duet init``'s project, from the templates in ``templates/project``.
+* :mod:`.scaffold`: ``init`` and its project, from the templates in ``templates/project``;
 
 The top room of :mod:`pipelines`: nothing below imports it.
 """
 
 from pipelines.cli.commands import app, main
+import pipelines.cli.up  # noqa: E402,F401 - registers up on the app
 
 __all__ = ["app", "main"]

@@ -472,32 +472,8 @@ def _json_value(text: Any) -> Any:
         return text
 
 
-# --------------------------------------------------------------------------- init
-@app.command()
-def init(
-    path: Annotated[Path, typer.Argument(help="Folder of the new project (created; must be empty or absent).")],
-    name: Annotated[
-        Optional[str], typer.Option("--name", help="Pipeline name, [a-z][a-z0-9_]* (default: from the folder name).")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not empty.")] = False,
-) -> None:
-    """Scaffold a new pipeline project: a module with an example topology, its views and
-    expectations, sample data, a test with the TopologyTestDriver, and a `[tool.duet]` entry.
-    It runs as created: `cd PATH && duet run`."""
-    from pipelines.cli.scaffold import init_project
-
-    console = make_console()
-    with user_errors("init"):
-        written = init_project(path, name, force=force)
-    root = path.resolve()
-    console.print(f"created {root}:")
-    for f in written:
-        console.print(f"  {f.relative_to(root)}")
-    console.print(f"next: [bold]cd {path} && duet run[/] (then `duet serve`, `duet ui`, `pytest`)")
-
-
 import pipelines.cli.dagster_commands  # noqa: E402,F401 - registers ui and backfill on the app
-import pipelines.cli.up  # noqa: E402,F401 - registers up on the app
+import pipelines.cli.scaffold  # noqa: E402,F401 - registers init on the app
 
 
 def main() -> None:  # pragma: no cover - ``python -m pipelines.cli``

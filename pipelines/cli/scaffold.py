@@ -1,4 +1,4 @@
-"""``duet init PATH``: scaffold a new pipeline project.
+"""``duet init PATH``: scaffold a new pipeline project (the command and the scaffolding).
 
 The project runs as created (``cd PATH && duet run``, ``pytest``): a ``pyproject.toml`` whose
 ``[tool.duet]`` table names the pipeline and the lake, a module ``<name>_pipeline`` with an
@@ -16,7 +16,11 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Annotated, Optional
 
+import typer
+
+from pipelines.cli.support import app, make_console, user_errors
 from pipelines.preflight import UserError
 
 __all__ = ["init_project", "pipeline_name_from", "check_name", "TEMPLATES"]
@@ -106,3 +110,25 @@ def init_project(path: Path, name: str | None = None, *, force: bool = False) ->
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8", newline="\n")
     return [out for out, _ in files]
+
+
+# --------------------------------------------------------------------------- init
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Folder of the new project (created; must be empty or absent).")],
+    name: Annotated[
+        Optional[str], typer.Option("--name", help="Pipeline name, [a-z][a-z0-9_]* (default: from the folder name).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not empty.")] = False,
+) -> None:
+    """Scaffold a new pipeline project: a module with an example topology, its views and
+    expectations, sample data, a test with the TopologyTestDriver, and a `[tool.duet]` entry.
+    It runs as created: `cd PATH && duet run`."""
+    console = make_console()
+    with user_errors("init"):
+        written = init_project(path, name, force=force)
+    root = path.resolve()
+    console.print(f"created {root}:")
+    for f in written:
+        console.print(f"  {f.relative_to(root)}")
+    console.print(f"next: [bold]cd {path} && duet run[/] (then `duet serve`, `duet ui`, `pytest`)")
