@@ -27,7 +27,7 @@ import typer
 
 from pipelines.cli.support import (
     BackgroundSpark, BootstrapOpt, InstancesOpt, LakeOpt, LimitOpt, PhaseReporter, Phases, PipelineOpt, ScaleOpt, app,
-    cluster, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
+    CatalogRecorder, cluster, interrupts, lake_locks, lake_tables, make_console, pipeline_and_lake, reporter, setup_logging, stdout_to_stderr,
     user_errors,
 )
 
@@ -90,11 +90,13 @@ def run(
             if previous:
                 console.print(f"duet run: rebuilding {pipeline_lake}: the previous run's tables "
                               f"({', '.join(previous)}) are replaced", soft_wrap=True)
-            summary = run_main_job(pipeline, servers, options, rep, on_phase=phases.enter)
+            catalog = CatalogRecorder("run", pipeline, rebuilt=True)
+            summary = run_main_job(pipeline, servers, options, rep, on_phase=phases.enter, on_written=catalog)
         if json_out:
             real_stdout.write(json.dumps(summary.to_json(), default=str) + "\n")
         else:
             print_summary(summary, console)
+        catalog.wait(console)
     raise typer.Exit(0 if summary.ok else 1)
 
 
@@ -336,8 +338,11 @@ def batch(
         results = run_checks(pipeline, root, reporter=rep, frames=batch_frames)
         phases.enter("publish")
         rows = publish_views(pipeline, root, batch_frames, read_speed_views(pipeline, servers))
+        catalog = CatalogRecorder("batch", pipeline)
+        catalog(batch_frames, results, rows)
     console.print(f"batch layer {stats.seconds:.1f} s, watermark {stats.watermark_ms}; published "
                   + ", ".join(f"{v} {n:,}" for v, n in rows.items()))
+    catalog.wait(console)
     failed = [v for v, r in results.items() if not r.success]
     if failed:
         console.print(f"[red]checks failed[/]: {failed}")

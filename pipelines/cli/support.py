@@ -23,7 +23,7 @@ import typer
 __all__ = ["app", "LakeOpt", "PipelineOpt", "BootstrapOpt", "LimitOpt", "ScaleOpt", "InstancesOpt", "YesOpt", "make_console",
            "setup_logging", "cluster", "external_bootstrap", "user_errors", "interrupts", "BackgroundSpark", "Phases",
            "PhaseReporter", "lake_locks", "lake_tables", "confirm_deletion", "stdout_to_stderr", "reporter",
-           "pipeline_and_lake", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
+           "pipeline_and_lake", "CatalogRecorder", "BOOTSTRAP_ENV", "INTERRUPTED_EXIT"]
 
 
 def _flags_read_as_flags() -> None:
@@ -238,6 +238,52 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
 
     pipeline, project = resolve_pipeline(ref)
     return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))
+
+
+class CatalogRecorder:
+    """What ``duet <command>`` does once it has written and checked the lake: called with its
+    batch views (``{view: frame}``), check results and rows published (``None``: none), it
+    records them in Dagster's catalog as runless asset events
+    (:func:`pipelines.dagster.catalog.record_lake_write`) on a thread, while the command goes
+    on (a year of daily partitions is some 1,500 events, written one by one by Dagster's
+    SQLite storage); :meth:`wait` waits for it before the command exits. An instance that
+    cannot be written is one warning line (the lake is written already). ``rebuilt``: the
+    command rebuilt the lake from scratch (``duet run``): the assets' earlier history goes.
+    """
+
+    def __init__(self, command: str, pipeline: Any, *, rebuilt: bool = False) -> None:
+        self.command, self.pipeline, self.rebuilt = command, pipeline, rebuilt
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def __call__(self, frames: Any, checks: Any, published: Any) -> None:
+        self._thread = threading.Thread(target=self._record, args=(frames, checks, published),
+                                        name="duet-dagster-catalog", daemon=True)
+        self._thread.start()
+
+    def _record(self, frames: Any, checks: Any, published: Any) -> None:
+        from pipelines.dagster.catalog import record_lake_write
+
+        try:
+            record_lake_write(self.pipeline, f"duet {self.command}", frames, checks, published, rebuilt=self.rebuilt)
+        except Exception as exc:  # noqa: BLE001 - said by wait(): the lake is written, the command goes on
+            self._error = exc
+
+    def wait(self, console: Any) -> None:
+        """Wait for the recording (a status line meanwhile); a failure is one warning line."""
+        from rich.markup import escape
+
+        if self._thread is None:
+            return
+        if self._thread.is_alive():
+            with console.status("recording the lake's partitions and checks in Dagster's catalog..."):
+                self._thread.join()
+        self._thread.join()
+        if self._error is not None:
+            exc = self._error
+            make_console(stderr=True).print(
+                f"[yellow]duet {self.command}[/]: Dagster's catalog not updated ({type(exc).__name__}: "
+                f"{escape(str(exc))}); the lake is written", soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- Ctrl-C

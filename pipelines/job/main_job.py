@@ -291,6 +291,7 @@ def run_main_job(
     reporter: Reporter | None = None,
     spark_factory: Callable[[], SparkSession] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_written: Callable[[dict[str, Any], dict[str, Any], dict[str, int]], None] | None = None,
 ) -> RunSummary:
     """Run every phase of ``duet run`` of ``pipeline`` against ``bootstrap`` (see the module
     docstring).
@@ -303,6 +304,9 @@ def run_main_job(
     The speed views are read back from Kafka in the background during the batch phase.
     ``on_phase`` is called with each phase's name as it starts (``reset``, ``load``,
     ``speed``, ``ingest``, ``batch``, ``publish``, ``checks``, ``agreement``, ``summary``).
+    ``on_written`` is called once the lake is written and checked, with the batch views
+    (``{view: frame}``), their check results (``{view: GX result}``) and the rows published
+    per view (``duet run`` records them in Dagster's catalog, :mod:`pipelines.dagster.catalog`).
 
     Ctrl-C (``KeyboardInterrupt``) propagates at once: the background work (the Spark start,
     the speed views' read) runs on daemon threads nobody waits for, and the SparkSession is
@@ -387,6 +391,8 @@ def run_main_job(
             rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
         with timer.phase("checks"):
             quality = run_checks(pipeline, lake, reporter=rep, frames=batch_frames)
+        if on_written is not None:
+            on_written(batch_frames, quality, windows)
         with timer.phase("agreement"):
             reports, excluded = compare_layers(
                 pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
