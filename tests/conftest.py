@@ -22,6 +22,15 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 # (docs/cluster.md). The session's own driver (the spark fixture) lives for the whole run and
 # keeps C2: the translation tests took 231 s with C1 only, 205 s with both.
 os.environ.setdefault("DUET_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# The commands that write the lake record it in Dagster's catalog (pipelines/dagster/catalog.py):
+# each test process (each xdist worker) gets a DAGSTER_HOME of its own, not the user's.
+if "DAGSTER_HOME" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="duet-test-dagster-")
+    atexit.register(shutil.rmtree, os.environ["DAGSTER_HOME"], True)
 #: JVM option of the session's driver: full tiered compilation, as HotSpot's default.
 SESSION_DRIVER_JIT = "-XX:TieredStopAtLevel=4"
 
