@@ -6,6 +6,8 @@ serves, on a uvicorn thread (FastAPI):
 * ``GET /speed/instances``, ``GET /speed/stores/{store}/keys/{key}``: the interactive queries
   of :mod:`serving.api.interactive`, with ``application.server`` set to the address served,
   so that an instance forwards a key's query to the instance that hosts it;
+* ``GET /speed/late``: the records dropped as late and the windows they missed (what a
+  comparison with the batch layer excludes);
 * ``GET /health``: ``{"state", "threads", "application_id", "application_server"}``, 200
   while the client is ``RUNNING`` or ``REBALANCING``, 503 otherwise (``CREATED``,
   ``PENDING_SHUTDOWN``, ``NOT_RUNNING``, ``PENDING_ERROR``, ``ERROR``);
@@ -104,6 +106,17 @@ def speed_app(streams: KafkaStreams) -> FastAPI:
         if streams.errors:
             body["error"] = repr(streams.errors[0])
         return JSONResponse(body, status_code=200 if state in HEALTHY_STATES else 503)
+
+    @app.get("/speed/late", tags=["speed layer"])
+    def late() -> dict[str, Any]:
+        """The records this client dropped as late (``{"records": [[store, key, timestamp ms],
+        ...], "windows": {store: [[key, window start ms], ...]}}``, as Kafka Streams'
+        ``dropped-records`` sensor counts them): what a comparison with the batch layer
+        excludes (:func:`pipelines.job.serving_steps.compare_layers`'s ``late``, ``late_windows``)."""
+        from pipelines.speed.service import runtime_late_records, runtime_late_windows
+
+        return {"records": [[r.store, r.key, r.timestamp] for r in runtime_late_records(streams)],
+                "windows": {store: sorted(wins) for store, wins in runtime_late_windows(streams).items()}}
 
     @app.get("/metrics", tags=["speed layer"])
     def metrics(request: Request) -> Response:

@@ -1,0 +1,240 @@
+"""The soak (issue 41, item 7): ``duet up`` on the flights at a fixed rate for a while, with
+the Dagster recomputes its new-data sensor starts (back to back: each run ingests what
+arrived since the last), sampled every few seconds:
+
+* RSS of the speed service (the ``duet up`` process) and of serving (its child), from
+  ``/proc/<pid>/status``;
+* freshness: how far the speed stream time that serving answers with (``GET /health``)
+  trails the feed, in seconds of the feed (events behind / rate);
+* at the end, once the feed has ended and a recompute has archived all of it: speed ==
+  batch on every closed window (:func:`pipelines.job.serving_steps.compare_layers`, the
+  batch views of the lake against the view topics, excluding the windows the speed service
+  reports it dropped late records of, ``GET /speed/late``).
+
+``python bench/bench_soak.py --seconds 1800 --rate 1000`` (the 30-minute version); the
+3-minute version is ``tests/test_pipelines/test_soak.py``. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class SoakResult:
+    """What a soak measured. RSS in MiB, freshness in s, ``agreement`` per view (1.0: speed
+    == batch on every compared window), ``compared`` windows per view."""
+
+    seconds: float
+    rate: float
+    events: int
+    rss_speed_mib: list[float] = field(default_factory=list)
+    rss_serving_mib: list[float] = field(default_factory=list)
+    freshness_s: list[float] = field(default_factory=list)
+    recomputes: int = 0
+    batch_watermark_ms: int | None = None
+    agreement: dict[str, float] = field(default_factory=dict)
+    compared: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, int] = field(default_factory=dict)
+    stopped_s: float | None = None
+
+    @staticmethod
+    def _q(values: list[float], q: float) -> float | None:
+        if not values:
+            return None
+        if len(values) == 1:
+            return values[0]
+        return statistics.quantiles(values, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
+
+    def freshness(self, q: float) -> float | None:
+        """The ``q`` quantile of the freshness samples (s)."""
+        return self._q(self.freshness_s, q)
+
+    @staticmethod
+    def growth(rss: list[float]) -> float | None:
+        """The median RSS of the last third of the samples over that of the middle third
+        (the first third is the warm-up)."""
+        third = len(rss) // 3
+        if third < 2:
+            return None
+        return statistics.median(rss[-third:]) / statistics.median(rss[third:2 * third])
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 1), "rate": self.rate, "events": self.events,
+            "rss_speed_mib": {"first": self.rss_speed_mib[:1], "max": max(self.rss_speed_mib, default=None),
+                              "last": self.rss_speed_mib[-1:], "growth": self.growth(self.rss_speed_mib)},
+            "rss_serving_mib": {"first": self.rss_serving_mib[:1], "max": max(self.rss_serving_mib, default=None),
+                                "last": self.rss_serving_mib[-1:], "growth": self.growth(self.rss_serving_mib)},
+            "freshness_s": {"p50": self.freshness(0.5), "p99": self.freshness(0.99),
+                            "max": max(self.freshness_s, default=None), "samples": len(self.freshness_s)},
+            "recomputes": self.recomputes, "batch_watermark_ms": self.batch_watermark_ms,
+            "agreement": self.agreement, "compared": self.compared, "excluded": self.excluded,
+            "stopped_s": self.stopped_s,
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _serving_pid(parent: int) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"serve" in cmd:
+            return int(entry.name)
+    return None
+
+
+def _get(url: str) -> Any:
+    try:
+        res = httpx.get(url, timeout=10)
+        return res.json() if res.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> SoakResult:
+    """Run ``duet up`` on the flights fed at ``rate`` events/s for ``seconds`` (the feed is
+    cut to ``rate * seconds`` events), sample it, wait for a recompute to archive all of it,
+    compare speed and batch, stop it with SIGINT. ``workdir``: its lake and DAGSTER_HOME.
+
+    Raises:
+        AssertionError: ``duet up`` failed, or a phase did not happen in time.
+    """
+    from pipelines.examples.flights import pipeline
+    from pipelines.job.serving_steps import compare_layers, read_batch_views, read_speed_views
+    from pipelines.speed.service import LateRecord
+
+    events = int(rate * seconds)
+    stamps = [rec.timestamp for _topic, rec in pipeline.sample_data(events).events]
+    running_max: list[int] = []
+    for ts in stamps:
+        running_max.append(max(ts, running_max[-1]) if running_max else ts)
+    port, ui_port, speed_port = _free_port(), _free_port(), _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400", "DAGSTER_HOME": str(workdir / "dagster"),
+           "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": ""}
+    out = open(workdir / "duet-up.out", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(workdir / "lake"),
+                             "--rate", str(rate), "--limit", str(events), "--port", str(port),
+                             "--speed-port", str(speed_port), "--ui-port", str(ui_port)],
+                            cwd=workdir, env=env, text=True, stdout=out, stderr=subprocess.STDOUT)
+    base, speed = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{speed_port}"
+    result = SoakResult(seconds=seconds, rate=rate, events=events)
+
+    def text() -> str:
+        return (workdir / "duet-up.out").read_text()[-4000:]
+
+    def say(message: str) -> None:
+        if log is not None:
+            log(message)
+
+    try:
+        deadline = time.monotonic() + 300
+        while "Ctrl-C stops all" not in text():
+            assert proc.poll() is None and time.monotonic() < deadline, text()
+            time.sleep(0.2)
+        started = time.monotonic()
+        servers = text().split("live on Kafka ", 1)[1].split(" ", 1)[0]
+        serving_pid = None
+        watermarks: set[int] = set()
+        while (elapsed := time.monotonic() - started) < seconds:
+            assert proc.poll() is None, text()
+            serving_pid = serving_pid or _serving_pid(proc.pid)
+            health = _get(f"{base}/health")
+            if health is not None:
+                stream = (health["speed"].get("departures_hourly") or {}).get("stream_time_ms")
+                if stream is not None:
+                    fed = min(len(stamps), int(rate * elapsed))
+                    seen = bisect.bisect_right(running_max, stream)
+                    result.freshness_s.append(max(0, fed - seen) / rate)
+                if health.get("batch_watermark_ms") is not None:
+                    watermarks.add(health["batch_watermark_ms"])
+            for pid, into in ((proc.pid, result.rss_speed_mib), (serving_pid, result.rss_serving_mib)):
+                rss = _rss_mib(pid) if pid else None
+                if rss is not None:
+                    into.append(round(rss, 1))
+            say(f"{elapsed:.0f} s: rss speed {result.rss_speed_mib[-1:]} serving {result.rss_serving_mib[-1:]}, "
+                f"freshness {result.freshness_s[-1:]} s, watermarks {len(watermarks)}")
+            time.sleep(5)
+        last = max(stamps)
+        deadline = time.monotonic() + 600  # the feed's end archived and recomputed
+        while True:
+            health = _get(f"{base}/health") or {}
+            if health.get("batch_watermark_ms") is not None:
+                watermarks.add(health["batch_watermark_ms"])
+            if health.get("batch_watermark_ms") == last:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, (health.get("batch_watermark_ms"), last, text())
+            time.sleep(2)
+        result.recomputes = len(watermarks)
+        result.batch_watermark_ms = last
+        late = _get(f"{speed}/speed/late")
+        assert late is not None, text()
+        folder = workdir / "lake" / pipeline.name
+        reports, excluded = compare_layers(
+            pipeline, read_batch_views(pipeline, folder), read_speed_views(pipeline, servers), last,
+            [LateRecord(s, k, int(t)) for s, k, t in late["records"]],
+            late_windows={s: {(k, int(w)) for k, w in wins} for s, wins in late["windows"].items()})
+        result.agreement = {v: r.ratio for v, r in reports.items()}
+        result.compared = {v: r.compared for v, r in reports.items()}
+        result.excluded = excluded
+        proc.send_signal(signal.SIGINT)
+        asked = time.monotonic()
+        proc.wait(120)
+        result.stopped_s = round(time.monotonic() - asked, 1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+    assert proc.returncode == 0, text()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=1800.0)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="duet-soak-") as work:
+        result = run_soak(args.seconds, args.rate, Path(work),
+                          log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(result.summary(), default=str))
+
+
+if __name__ == "__main__":
+    main()
