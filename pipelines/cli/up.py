@@ -24,8 +24,10 @@ SIGTERM) stops everything and prints one line.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -82,17 +84,21 @@ def up(
             check_port_free(host, p)
     with interrupts("up", lambda: _up_kept(phases)), user_errors("up", verbose), \
             cluster(bootstrap, console, phases) as (servers, embedded), contextlib.ExitStack() as children:
-        line = _run_live(pipeline, pipeline_ref, folder, servers, embedded if feed is None else feed, rate, limit,
-                         host, port, speed_port, ui_port, console, phases, children)
+        fed = embedded if feed is None else feed
+        line = _run_live(pipeline, pipeline_ref, folder, servers, embedded, fed, rate, limit, host, port, speed_port,
+                         ui_port, console, phases, children)
         children.close()  # serving and Dagster stop before the broker
         console.print(f"duet up: {line}; serving and Dagster stopped; {phases.topics_kept()}", soft_wrap=True)
 
 
-def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, fed: bool, rate: float,
+def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedded: bool, fed: bool, rate: float,
               limit: int | None, host: str, port: int, speed_port: int, ui_port: int, console: Any,
               phases: Phases, children: contextlib.ExitStack) -> str:
     """Start serving and Dagster (stopped by ``children``'s close), then run the speed service
-    (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did."""
+    (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did. On
+    the ``embedded`` broker the speed service is a fresh application with its state in a
+    temporary folder; on a cluster it is the pipeline's service (``service_app_id``: it
+    resumes from its committed offsets and local state)."""
     from pipelines.dagster.schedules import AUTOMATION_ENV
     from pipelines.produce.load import produce_tables
     from pipelines.produce.replay import sample_feed
@@ -132,7 +138,12 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, fed: b
                       f"http://{host}:{ui_port} (recompute schedule and new-data sensor on, DAGSTER_HOME {home}); "
                       f"lake {folder}; their logs in {_log_folder()}; Ctrl-C stops all", soft_wrap=True)
 
-    served = serve_speed(pipeline, servers, host, speed_port, application_id=None if fed else pipeline.service_app_id,
+    app_id, state_dir = pipeline.service_app_id, None
+    if embedded:  # a fresh broker has no committed offsets: fresh state, in a folder of its own (not one
+        # `duet run`'s reset would find in <duet_home>/state and report held)
+        app_id, state_dir = None, Path(tempfile.mkdtemp(prefix=f"duet-up-{pipeline.name}-state-"))
+        children.callback(shutil.rmtree, state_dir, True)
+    served = serve_speed(pipeline, servers, host, speed_port, application_id=app_id, state_dir=state_dir,
                          feed=feed, timeout_s=3600.0, on_ready=ready, config=LIVE_CONFIG,
                          on_stop=lambda: (serving.terminate(), dagster.terminate()))
     phases.enter("stop")
