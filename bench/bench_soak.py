@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import signal
@@ -105,7 +106,9 @@ def _rss_mib(pid: int) -> float | None:
     return None
 
 
-def _serving_pid(parent: int) -> int | None:
+def _children(parent: int) -> dict[int, list[bytes]]:
+    """``{pid: command line}`` of the live children of ``parent`` (read from /proc)."""
+    out = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -114,9 +117,14 @@ def _serving_pid(parent: int) -> int | None:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"serve" in cmd:
-            return int(entry.name)
-    return None
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            out[int(entry.name)] = cmd
+    return out
+
+
+def _serving_pid(parent: int) -> int | None:
+    """The serving child of ``duet up`` (``parent``)."""
+    return next((pid for pid, cmd in _children(parent).items() if b"serve" in cmd), None)
 
 
 def _get(url: str) -> Any:
@@ -217,9 +225,13 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
         proc.wait(120)
         result.stopped_s = round(time.monotonic() - asked, 1)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # a failed soak: duet up's children (own sessions) die with it
+            children = list(_children(proc.pid))  # serving and dagster dev, each leading a group
             proc.kill()
             proc.wait()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
         out.close()
     assert proc.returncode == 0, text()
     return result

@@ -6,6 +6,7 @@ leaving no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -157,9 +158,13 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
         proc.wait(60)
         stopped = time.monotonic() - asked
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # a failed test: duet up and whatever it started, killed
+            left_over = _descendants(proc.pid)
             proc.kill()
             proc.wait()
+            for pid in left_over:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while (left := [p for p in family if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
