@@ -132,8 +132,9 @@ class SegmentedBytesStore(BytesStore):
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
 
     @abstractmethod
-    def _drop(self, segments: list[int]) -> None:
-        """Delete every entry of ``segments``."""
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
+        """Delete every entry of ``segments``, passing each to ``visit`` (when given) first,
+        in one pass over them."""
 
     # -- the bytes store
     def get(self, key: bytes) -> bytes | None:
@@ -170,14 +171,16 @@ class SegmentedBytesStore(BytesStore):
         if not expired:
             return
         keep = self.keep_if
+        visit: Callable[[bytes, bytes], None] | None = None
         if keep is not None:
-            retained = self.retained
-            for segment in expired:
-                for k, v in self._range(segment, None, None, False):
-                    if keep(k):
-                        retained.put(k, v)
+            put = self.retained.put
+
+            def visit(k: bytes, v: bytes) -> None:
+                if keep(k):
+                    put(k, v)
+
             self._confirm_retained()
-        self._drop(expired)
+        self._drop(expired, visit)
         self.segments_dropped += len(expired)
 
     def _confirm_retained(self) -> None:
@@ -251,9 +254,13 @@ class InMemorySegmentedBytesStore(SegmentedBytesStore):
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         return self._segments[segment].range(lo, hi, reverse)
 
-    def _drop(self, segments: list[int]) -> None:
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
         for segment in segments:
-            self._segments.pop(segment).close()
+            store = self._segments.pop(segment)
+            if visit is not None:
+                for k, v in store.range(None, None):
+                    visit(k, v)
+            store.close()
 
     def approximate_num_entries(self) -> int:
         return sum(s.approximate_num_entries() for s in self._segments.values())
@@ -352,16 +359,20 @@ class RocksDBSegmentedBytesStore(RdictOwner, SegmentedBytesStore):
         for k, v in rdict_range(self._db, prefix + (lo or b""), upper, reverse):
             yield k[n:], v
 
-    def _drop(self, segments: list[int]) -> None:
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
         # one point delete per key, in a write batch: a RocksDB range delete per drop is
         # cheaper to write, but every read then checks the memtable's range tombstones, and
         # a backlog of short windows drops a segment a minute (measured here: a put and a
-        # get cost 18 us after 5,000 range deletes, 700-1,000 us after 25,000)
+        # get cost 18 us after 5,000 range deletes, 700-1,000 us after 25,000). One
+        # iterator per segment, for the deletes and ``visit``.
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
+        delete = batch.delete
         for segment in segments:
-            for k, _ in rdict_range(self._db, self._prefix(segment), self._prefix(segment + 1)):
-                batch.delete(k)
+            for k, v in rdict_range(self._db, self._prefix(segment), self._prefix(segment + 1)):
+                delete(k)
+                if visit is not None:
+                    visit(k[_SEG.size:], v)
         self._db.write(batch)
         self._live.difference_update(segments)
