@@ -175,3 +175,15 @@ def test_retained_entries_stay_within_the_cache(kind: str, tmp_path: Path) -> No
     for kb, _ in c.retained.range(None, None):
         assert kb in cache.clean
     c.store.close()
+
+
+def test_rocksdb_stores_open_with_kafka_streams_table_options(tmp_path: Path) -> None:
+    """As Kafka Streams' ``RocksDBStore#openDB``: Bloom filters (a get of an absent key, the
+    first read of each new window, skips the files that cannot hold it), 16 MiB memtables,
+    3 at most; read back from the OPTIONS file RocksDB writes for the open database."""
+    seg = RocksDBSegmentedBytesStore("w", tmp_path, RETENTION, INTERVAL, 8)
+    seg.close()
+    text = "\n".join(p.read_text() for p in (tmp_path / "rocksdb" / "w").glob("OPTIONS-*"))
+    assert "filter_policy=bloomfilter" in text
+    assert "write_buffer_size=16777216" in text
+    assert "max_write_buffer_number=3" in text
