@@ -14,7 +14,8 @@ On one broker (embedded unless ``--bootstrap``), in fresh processes, in turn:
    tumbling count per origin, grace 0, final results; at-least-once / exactly_once_v2) with
    the anchors' config, in a worker of this file that samples ``process-total`` every 10 ms
    and times ``close()``; its output verified with the anchors' ``verify_windows``;
-4. **flights**: duet's flights pipeline on ``--copies`` years (``load_data(scale=N)``, then
+4. **flights**: duet's flights pipeline on ``--copies`` years (``load_data(scale=N)``, on an
+   embedded broker of its own, as its topic ``flights`` is the anchors' input topic; then
    ``run_speed`` as ``duet run``'s speed phase, as ``bench/bench_scale.py``), its tenths from
    ``run_speed``'s progress (input records), its close from the end of the catch-up to the
    return.
@@ -265,13 +266,16 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
           f"verified {raw.get('verify', {}).get('match')} {raw.get('error', '')}", flush=True)
     for w in workloads:
         if w == "flights":
+            from _broker import bench_broker
             from pipelines.examples.flights import pipeline
             from pipelines.steps import load_data, reset_pipeline
 
-            reset_pipeline(pipeline, bootstrap, pipeline.lake(work / "lake"))
-            load_data(pipeline, bootstrap, None, scale=a.copies)
-            r = _worker(["flights", json.dumps({"bootstrap": bootstrap, "state_dir": str(work / "state-flights"),
-                                                "sample": a.sample})])
+            # a broker of its own: the pipeline's topic "flights" is the anchors' input topic
+            with bench_broker(None, work / "kafka-flights") as (flights_bootstrap, _):
+                reset_pipeline(pipeline, flights_bootstrap, pipeline.lake(work / "lake"))
+                load_data(pipeline, flights_bootstrap, None, scale=a.copies)
+                r = _worker(["flights", json.dumps({"bootstrap": flights_bootstrap, "state_dir": str(work / "state-flights"),
+                                                    "sample": a.sample})])
             r["rps"] = r["records"] / r["seconds"]
             r["match"] = f"n/a ({r['late']:,} late)"
             _say(w, r, None)
