@@ -255,7 +255,7 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
     subprocess.run([sys.executable, "preload.py"], cwd=ANCHORS, check=True)
     sys.path.insert(0, str(ANCHORS))
     import bench as anchors_bench  # the anchors' run of a system: raw measured as there
-    from common import N_FLIGHTS, create_topics, delete_topics
+    from common import N_FLIGHTS, admin, create_topics, delete_topics
     from verify import expected_stateless, expected_windows, verify_windows
 
     print(f"{a.copies} years = {N_FLIGHTS:,} records on {bootstrap}; load {os.getloadavg()[0]:.2f}", flush=True)
@@ -283,7 +283,8 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
         stamp = time.strftime("%H%M%S")
         out = f"out_long_{w}_{stamp}"
         create_topics([out], 4)
-        r = _worker([w, json.dumps({"bootstrap": bootstrap, "output": out, "app_id": f"long-{w}-{stamp}",
+        app_id = f"long-{w}-{stamp}"
+        r = _worker([w, json.dumps({"bootstrap": bootstrap, "output": out, "app_id": app_id,
                                     "state_dir": str(work / "state" / w), "expect": N_FLIGHTS, "sample": a.sample})])
         v = verify_windows(out, expected=exp_window)
         r["match"] = v["match"]
@@ -293,7 +294,7 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
         if w == "window" and raw_rps and r.get("rps"):
             ok = r["rps"] >= TARGET_WINDOW_VS_RAW * raw_rps
             print(f"  window / raw {r['rps'] / raw_rps:.2f} ({'met' if ok else 'NOT met'} >= {TARGET_WINDOW_VS_RAW})")
-        delete_topics([out])
+        delete_topics([out] + [t for t in admin().list_topics(timeout=10).topics if t.startswith(app_id)])
 
 
 if __name__ == "__main__":
