@@ -31,6 +31,7 @@ the stack during processing and during ``close()``, to find what grows.
     .venv/bin/python bench/bench_long_run.py --copies 2 --workloads window     # a smoke run
     .venv/bin/python bench/bench_long_run.py                                      # 10 years
     .venv/bin/python bench/bench_long_run.py --copies 10 --workloads window --sample
+    .venv/bin/python bench/bench_long_run.py --copies 10 --workloads flights --flights 20000
 
 The machine may be shared: compare the ratios, not the rates, and only within one run.
 """
@@ -223,6 +224,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=10, help="years of input (ANCHOR_COPIES)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--flights", type=int, help="flights workload: the first F flights of each year (default all)")
     ap.add_argument("--bootstrap", help="an existing broker (default: an embedded one)")
     ap.add_argument("--sample", action="store_true", help="print the stream thread's hottest functions")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
@@ -273,7 +275,7 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
             # a broker of its own: the pipeline's topic "flights" is the anchors' input topic
             with bench_broker(None, work / "kafka-flights") as (flights_bootstrap, _):
                 reset_pipeline(pipeline, flights_bootstrap, pipeline.lake(work / "lake"))
-                load_data(pipeline, flights_bootstrap, None, scale=a.copies)
+                load_data(pipeline, flights_bootstrap, a.flights, scale=a.copies)
                 r = _worker(["flights", json.dumps({"bootstrap": flights_bootstrap, "state_dir": str(work / "state-flights"),
                                                     "sample": a.sample})])
             r["rps"] = r["records"] / r["seconds"]
