@@ -107,6 +107,10 @@ def _tenths(marks: list[tuple[float, int, float]], total: int) -> tuple[list[flo
             per_cpu.append((n - prev_n) / max(1e-9, c - prev_c))
             prev_t, prev_n, prev_c = t, n, c
             k += 1
+    t, n, c = marks[-1]
+    if k == 10 and n > prev_n:  # a progress estimate (the flights job's) may end short of total
+        rates.append((n - prev_n) / max(1e-9, t - prev_t))
+        per_cpu.append((n - prev_n) / max(1e-9, c - prev_c))
     return rates, per_cpu
 
 
