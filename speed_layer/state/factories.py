@@ -88,7 +88,8 @@ def build_store(spec: StoreSpec, task_dir: Path | None, logger: Logger | None, c
         else:
             store = SessionStore(spec.name, segmented, ks, vs, retention_ms=retention, logger=log, caching=spec.caching, cache_max_entries=cache_max_entries)
         if store.cache is not None:
-            segmented.keep_if = store.cache.is_clean  # clean cache entries stay readable once expired
+            # clean cache entries stay readable once expired, until the cache drops them
+            segmented.retain_clean_entries_of(store.cache)
         return store
     backend: BytesStore = InMemoryBytesStore(spec.name) if in_memory else RocksDBBytesStore(spec.name, task_dir)  # type: ignore[arg-type]
     if spec.kind in ("key_value", "timestamped_key_value"):

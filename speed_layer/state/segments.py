@@ -15,8 +15,13 @@ The record cache of a caching store keeps serving a clean entry after its window
 session expired (:class:`~.stores.cache._Cache`); its value is read from the bytes
 store. ``keep_if`` (the cache's ``is_clean``) keeps those entries readable: a drop moves
 the entries of the dropped segments that are still cached clean into an in-memory
-``retained`` store, a put into a dropped segment goes there too, and entries no longer
-clean leave it whenever the segments advance or it doubled in size.
+``retained`` store, and a put into a dropped segment goes there too. Entries leave it
+when the cache says they stopped being clean (:meth:`SegmentedBytesStore.release_retained`,
+the cache's ``on_unclean``), and a put into a dropped segment that the cache did not keep
+clean (an eviction) at the next drop. No step walks ``retained`` or the live segments: a
+drop costs the entries of the dropped segments plus the puts into dropped segments since
+the previous one, whatever the history kept (Kafka's ``AbstractSegments#cleanupExpiredSegments``
+drops whole segments and never visits the survivors).
 
 RocksDB: one database per store at ``<task dir>/rocksdb/<store>``; a segment is a key
 prefix (its id, 8 bytes big-endian) and a drop a batch of point deletes of its keys:
@@ -34,7 +39,7 @@ import struct
 from abc import abstractmethod
 from operator import itemgetter
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 from .backends import BytesStore, InMemoryBytesStore, RdictOwner, open_rdict, rdict_range
 
@@ -51,6 +56,16 @@ _LAYOUT_MARKER = b"\xff" + b"duet.segmented.v1"
 _NO_SEGMENT = -(2**63)
 #: added to a segment id in its key prefix, so that the prefixes sort as the ids
 _BIAS = 2**63
+#: puts into dropped segments kept in ``retained`` before the cache's verdict on them is read
+_MAX_UNCONFIRMED = 1_000
+
+
+class CleanEntries(Protocol):
+    """What a segmented bytes store needs of a record cache (:class:`~.stores.cache._Cache`)."""
+
+    on_unclean: Callable[[list[bytes]], None] | None
+
+    def is_clean(self, kb: bytes) -> bool: ...
 
 
 def default_segment_interval(retention_ms: int) -> int:
@@ -89,10 +104,18 @@ class SegmentedBytesStore(BytesStore):
         self.min_live_segment = _NO_SEGMENT
         #: keys of dropped segments to keep readable (the record cache's ``is_clean``)
         self.keep_if: Callable[[bytes], bool] | None = None
-        self.retained = InMemoryBytesStore(name)
-        self._retained_pruned_at = 0
+        self.retained: BytesStore = InMemoryBytesStore(name)
+        #: keys put into ``retained`` since the last drop, not yet checked with ``keep_if``
+        self._unconfirmed: list[bytes] = []
         #: segments dropped so far (a metric, and for tests)
         self.segments_dropped = 0
+
+    def retain_clean_entries_of(self, cache: "CleanEntries") -> None:
+        """Keep the entries ``cache`` (the record cache of the store above) holds clean
+        readable after their segment is dropped, until the cache stops holding them clean
+        (see the module docstring)."""
+        self.keep_if = cache.is_clean
+        cache.on_unclean = self.release_retained
 
     # -- what subclasses store
     @abstractmethod
@@ -109,8 +132,9 @@ class SegmentedBytesStore(BytesStore):
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
 
     @abstractmethod
-    def _drop(self, segments: list[int]) -> None:
-        """Delete every entry of ``segments``."""
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
+        """Delete every entry of ``segments``, passing each to ``visit`` (when given) first,
+        in one pass over them."""
 
     # -- the bytes store
     def get(self, key: bytes) -> bytes | None:
@@ -131,10 +155,14 @@ class SegmentedBytesStore(BytesStore):
         if segment >= self.min_live_segment:
             self._put(segment, key, value)
         elif self.keep_if is not None:
-            # Kafka skips a put into an expired segment; the record cache may still read it
+            # Kafka skips a put into an expired segment; the record cache may still read it.
+            # Whether the cache keeps it clean is known after the put (the flush marks it
+            # clean next), so it is checked later, before more than 1,000 wait
+            if value is not None:
+                if len(self._unconfirmed) >= _MAX_UNCONFIRMED:
+                    self._confirm_retained()
+                self._unconfirmed.append(key)
             self.retained.put(key, value)
-            if self.retained.approximate_num_entries() >= 2 * max(self._retained_pruned_at, 1_000):
-                self._prune_retained()
 
     def _advance(self, min_live: int) -> None:
         """Drop the segments below ``min_live``, keeping what the cache still reads."""
@@ -143,21 +171,35 @@ class SegmentedBytesStore(BytesStore):
         if not expired:
             return
         keep = self.keep_if
+        visit: Callable[[bytes, bytes], None] | None = None
         if keep is not None:
-            for segment in expired:
-                for k, v in self._range(segment, None, None, False):
-                    if keep(k):
-                        self.retained.put(k, v)
-            self._prune_retained()
-        self._drop(expired)
+            put = self.retained.put
+
+            def visit(k: bytes, v: bytes) -> None:
+                if keep(k):
+                    put(k, v)
+
+            self._confirm_retained()
+        self._drop(expired, visit)
         self.segments_dropped += len(expired)
 
-    def _prune_retained(self) -> None:
+    def _confirm_retained(self) -> None:
+        """Remove the keys put into ``retained`` since the last check that the cache does
+        not keep clean (a put evicted dirty, or a removal forgotten)."""
         keep = self.keep_if
         retained = self.retained
-        for k in [k for k, _ in retained.range(None, None) if keep is None or not keep(k)]:
+        for k in self._unconfirmed:
+            if keep is None or not keep(k):
+                retained.put(k, None)
+        self._unconfirmed.clear()
+
+    def release_retained(self, keys: Iterable[bytes]) -> None:
+        """Forget ``keys`` (serialized store keys) in ``retained``: the record cache no
+        longer holds them clean (its ``on_unclean``). Costs one delete per key, absent
+        ones included."""
+        retained = self.retained
+        for k in keys:
             retained.put(k, None)
-        self._retained_pruned_at = retained.approximate_num_entries()
 
     def range(self, lo: bytes | None, hi: bytes | None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """Entries with ``lo <= key <= hi`` of every live segment (and the retained ones),
@@ -212,9 +254,13 @@ class InMemorySegmentedBytesStore(SegmentedBytesStore):
     def _range(self, segment: int, lo: bytes | None, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         return self._segments[segment].range(lo, hi, reverse)
 
-    def _drop(self, segments: list[int]) -> None:
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
         for segment in segments:
-            self._segments.pop(segment).close()
+            store = self._segments.pop(segment)
+            if visit is not None:
+                for k, v in store.range(None, None):
+                    visit(k, v)
+            store.close()
 
     def approximate_num_entries(self) -> int:
         return sum(s.approximate_num_entries() for s in self._segments.values())
@@ -313,16 +359,20 @@ class RocksDBSegmentedBytesStore(RdictOwner, SegmentedBytesStore):
         for k, v in rdict_range(self._db, prefix + (lo or b""), upper, reverse):
             yield k[n:], v
 
-    def _drop(self, segments: list[int]) -> None:
+    def _drop(self, segments: list[int], visit: Callable[[bytes, bytes], None] | None) -> None:
         # one point delete per key, in a write batch: a RocksDB range delete per drop is
         # cheaper to write, but every read then checks the memtable's range tombstones, and
         # a backlog of short windows drops a segment a minute (measured here: a put and a
-        # get cost 18 us after 5,000 range deletes, 700-1,000 us after 25,000)
+        # get cost 18 us after 5,000 range deletes, 700-1,000 us after 25,000). One
+        # iterator per segment, for the deletes and ``visit``.
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
+        delete = batch.delete
         for segment in segments:
-            for k, _ in rdict_range(self._db, self._prefix(segment), self._prefix(segment + 1)):
-                batch.delete(k)
+            for k, v in rdict_range(self._db, self._prefix(segment), self._prefix(segment + 1)):
+                delete(k)
+                if visit is not None:
+                    visit(k[_SEG.size:], v)
         self._db.write(batch)
         self._live.difference_update(segments)

@@ -43,7 +43,7 @@ def _window_pair(kind: str, tmp: Path, interval: int, caching: bool, duplicates:
                                 cache_max_entries=max_entries)
     store = WindowStore("w", seg, STR, LONG, **args)
     if store.cache is not None:
-        seg.keep_if = store.cache.is_clean
+        seg.retain_clean_entries_of(store.cache)
     return store, WindowStore("w", InMemoryBytesStore("w"), STR, LONG, **args), seg
 
 
@@ -104,7 +104,7 @@ def test_session_store_reads_equal_the_unsegmented_store(tmp_path_factory: Any, 
     seg = _segmented(kind, tmp_path_factory.mktemp("s"), "s", interval, 16)
     store = SessionStore("s", seg, STR, LONG, retention_ms=RETENTION, caching=caching, cache_max_entries=3)
     if store.cache is not None:
-        seg.keep_if = store.cache.is_clean
+        seg.retain_clean_entries_of(store.cache)
     ref = SessionStore("s", InMemoryBytesStore("s"), STR, LONG, retention_ms=RETENTION, caching=caching, cache_max_entries=3)
 
     def reads(s: SessionStore, t: int) -> list[Any]:

@@ -37,7 +37,7 @@ class _Cache:
     CPU, all of it in collections.
     """
 
-    def __init__(self, max_entries: int, on_drop: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, max_entries: int, on_unclean: Callable[[list[bytes]], None] | None = None) -> None:
         # cache key -> (typed key, ValueAndTimestamp | None), eldest update first
         self.entries: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
         # serialized store key -> number of its flush
@@ -45,6 +45,10 @@ class _Cache:
         #: entries flushed so far (clean ones numbered by it)
         self.flushes = 0
         self.max_entries = max_entries
+        #: called with the serialized store keys that left ``clean`` (a segmented bytes
+        #: store's ``release_retained``: it stops keeping them readable once expired); each
+        #: key is passed once per time it left, so the cost is that of the flushes
+        self.on_unclean = on_unclean
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -68,7 +72,10 @@ class _Cache:
         if len(clean) >= 2 * self.max_entries:
             lo = n - self.max_entries
             self.clean = {k: m for k, m in clean.items() if m > lo}
+            if self.on_unclean is not None:
+                self.on_unclean([k for k, m in clean.items() if m <= lo])
 
     def forget(self, kb: bytes) -> None:
         """Drop the clean entry of ``kb`` (a removal the bytes store did not take)."""
-        self.clean.pop(kb, None)
+        if self.clean.pop(kb, None) is not None and self.on_unclean is not None:
+            self.on_unclean([kb])
