@@ -314,12 +314,13 @@ class Readiness:
 
     # -- helpers
     def _caught_up_by_lag(self, tp: TP) -> bool:
-        """Whether the consumer's known lag of ``tp`` is 0: the partition is at its end
-        even when its end-of-partition event was not seen (librdkafka reports it once per
+        """Whether the consumer's known lag of ``tp`` is 0 and no record is held for it: the
+        partition is at its end even when its end-of-partition event was not seen (librdkafka reports it once per
         offset; one dropped with a paused partition's prefetched records is not sent
         again)."""
         lag = self._lag
-        return lag is not None and lag(tp) == 0
+        # records held for it are fetched (counted in the lag) but not in its buffer yet
+        return lag is not None and self._waiting_input(tp) and lag(tp) == 0
 
     def _enforced(self, who: str, why: tuple[str, TP], waited_s: float) -> None:
         """The watchdog (see the class docstring): log an enforced wait for data."""
