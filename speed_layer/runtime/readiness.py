@@ -44,7 +44,8 @@ The rules, all times in ms unless named ``_s``:
   older than the task's head. duet's extension of KIP-695 to the tasks of one repartition
   topic, for instances that run different stages of one application on a backlog.
 * **The thread.** No task processes while an assigned partition has nothing buffered or
-  held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
+  held and has not reached its end (its lag unknown or above 0 when known, else at most
+  ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
   keeps its tasks at the same event time. A paused partition is no exception (its buffer
   ran dry within a loop; it is resumed at the next); records the thread holds for a
   partition are moved into its buffer as soon as it runs dry (``refill``), so a task never
