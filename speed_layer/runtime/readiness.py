@@ -157,6 +157,8 @@ class Readiness:
         #: enforced processings of waits for data (lag > 0) not logged yet, and when the last was
         self._unlogged_enforced = 0
         self._last_warning: float | None = None
+        #: set by :meth:`ready`: the task was held by ``max.task.idle.ms`` alone
+        self.idling = False
 
     # -- the thread's bookkeeping
     def add_partition(self, tp: TP, repartition: bool) -> None:
@@ -185,7 +187,10 @@ class Readiness:
 
     # -- the rules
     def ready(self, task: BufferedTask, now: float) -> bool:
-        """Whether ``task`` may process its next record at ``now`` (monotonic s)."""
+        """Whether ``task`` may process its next record at ``now`` (monotonic s). When not,
+        :attr:`idling` tells whether only ``max.task.idle.ms`` holds it (a caught-up
+        partition, its own or a sibling's, that another process may still feed)."""
+        self.idling = False
         if task.buffered() == 0:
             return False
         idle = self.max_task_idle_ms
@@ -228,12 +233,14 @@ class Readiness:
                 else:
                     idle_wait = True
         if wait_s == 0 and idle_wait:
+            self.idling = True
             return False
         if wait_s == 0 and not self.exactly_once:
             sibling = self._sibling_pending(task)
             if sibling is not None:
                 wait_s, why = UNKNOWN_LAG_WAIT_S, (RULE_SIBLING, sibling)
         if wait_s == 0 and idle > 0 and self._sibling_idle(task, now):
+            self.idling = True
             return False
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)

@@ -70,13 +70,19 @@ class TaskExecutor:
         while heap and n < max_records:
             _, i, task = heapq.heappop(heap)
             if not readiness.ready(task, now):
+                if readiness.idling:
+                    # max.task.idle.ms on a partition another process may feed (KIP-695):
+                    # its order against this thread's other tasks is not this thread's to keep
+                    if not readiness.thread_ready(now):
+                        break
+                    continue
                 # held back: by an empty partition (KIP-695), or by a record sent to one of
                 # its or its siblings' repartition partitions, older than its head. The tasks
                 # after it have later heads: running them would take the thread's event time
                 # past the records it waits for, and their outputs past its outputs in the
                 # topics both write (issue 42: the orders' task waited for its foreign-key
                 # responses while the clicks' task ran days ahead, and the stream-stream join
-                # reading both re-keyed streams expired the orders' partners). Every wait
+                # reading both re-keyed streams expired the orders' partners). Every such wait
                 # ends by I/O (a fetch, a delivery) or by a task before it in this order.
                 break
             self.begin()
