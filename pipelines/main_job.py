@@ -60,7 +60,7 @@ from pipelines.serving_steps import (
     read_speed_views,
     run_checks,
 )
-from pipelines.spark_priority import can_restore_priority, jvm_pid, restore_priority
+from pipelines.spark_priority import can_restore_priority, restore_priority
 from pipelines.speed_service import SpeedStats
 from pipelines.steps import (
     BatchStats,
@@ -270,18 +270,14 @@ def _started_at_low_priority(factory: Callable[[], _T]) -> _T:
     return factory()
 
 
-def _at_priority(nice: int) -> Callable[[Future[SparkSession]], None]:
-    """A done-callback setting the JVM of the SparkSession the future holds (and its
-    Python workers) back to ``nice`` (:func:`pipelines.spark_priority.restore_priority`)."""
-    def restore(future: Future[SparkSession]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return  # its error is raised by the batch phase
-        pid = jvm_pid(future.result())
-        if pid is not None:
-            n = restore_priority(pid, nice)
-            log.info("the Spark JVM (pid %d, %d threads) is back at nice %d after the speed phase", pid, n, nice)
-
-    return restore
+def _restore_priority(nice: int) -> None:
+    """Set this process's threads (the one starting the Spark JVM among them) and every
+    process it started (the JVM, Spark's Python workers) back to ``nice``
+    (:func:`pipelines.spark_priority.restore_priority`). Not through the SparkSession: beside
+    busy processes a JVM at nice 19 may still be starting, and would never get the CPU to
+    finish (issue 42)."""
+    n = restore_priority(os.getpid(), nice)
+    log.info("this process and its children (the Spark JVM) are back at nice %d after the speed phase (%d threads)", nice, n)
 
 
 def _archive_and_recompute(pipeline: Pipeline, bootstrap: str, lake: Path, spark_future: Future[SparkSession],
@@ -388,7 +384,7 @@ def run_main_job(
         if spark_future is None:
             spark_future = _in_background("spark", spark_factory)
         else:
-            spark_future.add_done_callback(_at_priority(base_nice))
+            _restore_priority(base_nice)
         records_in = input_record_count(bootstrap, pipeline.input_topics)
         if load:
             rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))

@@ -9,7 +9,9 @@ with the privilege to do so (root, ``CAP_SYS_NICE``, or ``RLIMIT_NICE`` allowing
 
 * :func:`can_restore_priority`: whether this process may bring the JVM back to its own nice
   value; ``duet run`` starts the JVM niced during the speed phase only then, and calls
-  :func:`restore_priority` when the phase ends;
+  :func:`restore_priority` on its own process when the phase ends (its threads, the one
+  still starting the JVM among them, and every process it started: not through the
+  SparkSession, which a JVM at nice 19 beside busy processes may never finish creating);
 * otherwise ``duet run`` starts the JVM after the speed phase at the normal priority (the
   batch layer no longer overlaps the speed layer, but never starves).
 
@@ -17,16 +19,11 @@ Measurements: ``docs/batch-priority.md``.
 """
 from __future__ import annotations
 
-import logging
 import os
 import resource
 import sys
-from typing import Any
 
-__all__ = ["can_restore_priority", "restore_priority", "jvm_pid"]
-
-log = logging.getLogger("pipelines.main_job")
-
+__all__ = ["can_restore_priority", "restore_priority"]
 
 def can_restore_priority() -> bool:
     """Whether this process may set a child's nice value back down to its own (Linux only):
@@ -80,10 +77,3 @@ def restore_priority(pid: int, nice: int) -> int:
                 continue
         todo.extend(_children(p))
     return done
-
-
-def jvm_pid(spark: Any) -> int | None:
-    """The process id of the JVM behind a SparkSession started by pyspark (its gateway's
-    ``proc``: spark-submit execs the JVM), None when pyspark did not start it."""
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
-    return None if proc is None else int(proc.pid)

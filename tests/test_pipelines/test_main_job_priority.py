@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -63,3 +64,30 @@ def test_after_the_speed_phase_the_niced_process_its_threads_and_children_are_ba
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.skipif(not can_restore_priority(), reason="lowering a nice value needs root or RLIMIT_NICE")
+def test_a_jvm_still_starting_when_the_speed_phase_ends_starts_at_the_callers_priority() -> None:
+    # duet run restores its own process (not through the SparkSession): beside busy processes
+    # the niced thread may not have started the JVM yet, and a JVM at nice 19 may never get
+    # the CPU to finish creating the session
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    go, started = threading.Event(), []
+
+    def spark_thread() -> None:
+        go.wait(10)  # still starting when the speed phase ends
+        started.append(subprocess.Popen(["sleep", "30"]))
+
+    worker = threading.Thread(target=lambda: _started_at_low_priority(spark_thread))
+    worker.start()
+    try:
+        time.sleep(0.2)
+        assert restore_priority(os.getpid(), before) >= 2  # this thread and the niced one at least
+        go.set()
+        worker.join(10)
+        assert os.getpriority(os.PRIO_PROCESS, started[0].pid) == before
+    finally:
+        go.set()
+        for child in started:
+            child.kill()
+            child.wait()
