@@ -25,6 +25,7 @@ import sys
 
 __all__ = ["can_restore_priority", "restore_priority"]
 
+
 def can_restore_priority() -> bool:
     """Whether this process may set a child's nice value back down to its own (Linux only):
     as root, or when ``RLIMIT_NICE`` allows that value (its ceiling is ``20 - limit``)."""
