@@ -45,7 +45,7 @@ T = TypeVar("T")
 #: controller or a coordinator is moving or loading
 RETRIABLE_ERROR_CODES = frozenset(
     getattr(KafkaError, name)
-    for name in ("_TRANSPORT", "_TIMED_OUT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_WAIT_COORD", "_UNKNOWN_TOPIC",
+    for name in ("_TRANSPORT", "_TIMED_OUT", "_TIMED_OUT_QUEUE", "_ALL_BROKERS_DOWN", "_RESOLVE", "_WAIT_COORD", "_UNKNOWN_TOPIC",
                  "_UNKNOWN_PARTITION", "_NODE_UPDATE", "_DESTROY_BROKER", "LEADER_NOT_AVAILABLE",
                  "NOT_LEADER_FOR_PARTITION", "UNKNOWN_TOPIC_OR_PART", "REQUEST_TIMED_OUT", "BROKER_NOT_AVAILABLE",
                  "REPLICA_NOT_AVAILABLE", "NETWORK_EXCEPTION", "UNKNOWN_LEADER_EPOCH", "FENCED_LEADER_EPOCH",
