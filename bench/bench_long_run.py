@@ -161,7 +161,7 @@ def _flights_worker(bootstrap: str, state_dir: str, sample: bool) -> dict[str, A
     """duet's flights pipeline (``run_speed``) over the loaded years: tenths of its input
     records (its progress), close() s (catch-up to return)."""
     from pipelines.examples.flights import pipeline
-    from pipelines.steps import run_speed
+    from pipelines.job.steps import run_speed
 
     marks: list[tuple[float, int, float]] = []
     totals: list[int] = []
@@ -274,7 +274,7 @@ def _run(a: argparse.Namespace, workloads: list[str], bootstrap: str, work: Path
         if w == "flights":
             from _broker import bench_broker
             from pipelines.examples.flights import pipeline
-            from pipelines.steps import load_data, reset_pipeline
+            from pipelines.job.steps import load_data, reset_pipeline
 
             # a broker of its own: the pipeline's topic "flights" is the anchors' input topic
             with bench_broker(None, work / "kafka-flights") as (flights_bootstrap, _):

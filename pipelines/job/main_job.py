@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +61,7 @@ from pipelines.job.serving_steps import (
     read_speed_views,
     run_checks,
 )
+from pipelines.job.spark_priority import can_restore_priority, restore_priority
 from pipelines.speed.service import SpeedStats
 from pipelines.job.steps import (
     BatchStats,
@@ -133,11 +134,16 @@ class RunSummary:
     highlights: Highlights | None
     phase_seconds: dict[str, float]
     lake: str
+    #: per view, the windows where speed and batch differ that no counted drop, late
+    #: record, expired join record or dead letter names (``AgreementReport.unexplained``)
+    unexplained: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """Every check passed and speed and batch agree on every compared window."""
-        return all(self.checks.values()) and all(r == 1.0 for r in self.agreement.values())
+        """Every check passed, speed and batch agree on every compared window and no
+        difference is unexplained."""
+        return (all(self.checks.values()) and all(r == 1.0 for r in self.agreement.values())
+                and not any(self.unexplained.values()))
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object: the keys of the issue (``records_in``, ``speed_records_per_s``,
@@ -153,6 +159,7 @@ class RunSummary:
             "batch_seconds": round(self.batch.seconds, 2),
             "windows": self.windows,
             "agreement": self.agreement,
+            "unexplained": self.unexplained,
             "checks": self.checks,
             "ok": self.ok,
             "records_in_by_topic": self.records_in_by_topic,
@@ -223,12 +230,15 @@ def _in_background(name: str, fn: Callable[..., _T], *args: Any) -> Future[_T]:
 
 
 @contextlib.contextmanager
-def _stop_spark_on_interrupt(spark_future: Future[SparkSession]) -> Iterator[None]:
-    """On Ctrl-C, stop the SparkSession ``spark_future`` gives as soon as it is up."""
+def _stop_spark_on_interrupt(spark_future: Callable[[], Future[SparkSession] | None]) -> Iterator[None]:
+    """On Ctrl-C, stop the SparkSession the future ``spark_future()`` gives (if started)
+    as soon as it is up."""
     try:
         yield
     except KeyboardInterrupt:
-        spark_future.add_done_callback(_stop_session)
+        future = spark_future()
+        if future is not None:
+            future.add_done_callback(_stop_session)
         raise
 
 
@@ -258,6 +268,16 @@ def _started_at_low_priority(factory: Callable[[], _T]) -> _T:
     except (AttributeError, OSError) as exc:  # not Linux, or not permitted: Spark at full priority
         log.info("the Spark JVM runs at the normal CPU priority: %s", exc)
     return factory()
+
+
+def _restore_priority(nice: int) -> None:
+    """Set this process's threads (the one starting the Spark JVM among them) and every
+    process it started (the JVM, Spark's Python workers) back to ``nice``
+    (:func:`pipelines.job.spark_priority.restore_priority`). Not through the SparkSession: beside
+    busy processes a JVM at nice 19 may still be starting, and would never get the CPU to
+    finish (issue 42)."""
+    n = restore_priority(os.getpid(), nice)
+    log.info("this process and its children (the Spark JVM) are back at nice %d after the speed phase (%d threads)", nice, n)
 
 
 def _archive_and_recompute(pipeline: Pipeline, bootstrap: str, lake: Path, spark_future: Future[SparkSession],
@@ -348,17 +368,27 @@ def run_main_job(
     # the Spark JVM starts while the speed layer runs (a Python process bound to one core by
     # the GIL leaves room on a second core), and the speed views are read back from Kafka
     # while Spark computes the batch views
-    spark_future = _in_background("spark", _started_at_low_priority, spark_factory)
+    # -- niced (SPARK_NICE) while the speed layer runs, and back at this process's priority
+    # after; where that priority cannot be restored (no privilege), the JVM starts after the
+    # speed phase instead, at normal priority (pipelines.job.spark_priority, issue 42)
+    side_by_side = can_restore_priority()
+    base_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    spark_future: Future[SparkSession] | None = (
+        _in_background("spark", _started_at_low_priority, spark_factory) if side_by_side else None)
     # A loaded backlog is every input the run will see before the speed layer starts: the
     # batch layer archives and recomputes it meanwhile, as the lambda architecture runs its
     # two layers side by side. A live replay (or a run on topics others may still write)
     # has its inputs complete only after the speed phase: its batch runs then.
     batch_future = (_in_background("batch", _archive_and_recompute, pipeline, bootstrap, lake, spark_future, rep)
-                    if load and options.backlog else None)
-    with _stop_spark_on_interrupt(spark_future):
+                    if load and options.backlog and spark_future is not None else None)
+    with _stop_spark_on_interrupt(lambda: spark_future):
         with timer.phase("speed"):
             speed = run_speed(pipeline, bootstrap, timeout_s=options.speed_timeout_s, reporter=rep, feed=feed,
                               instances=options.instances if feed is None else 1)
+        if spark_future is None:
+            spark_future = _in_background("spark", spark_factory)
+        else:
+            _restore_priority(base_nice)
         records_in = input_record_count(bootstrap, pipeline.input_topics)
         if load:
             rep.finish("load", ", ".join(f"{t} {n:,}" for t, n in records_in.items()))
@@ -395,7 +425,8 @@ def run_main_job(
             on_written(batch_frames, quality, windows)
         with timer.phase("agreement"):
             reports, excluded = compare_layers(
-                pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows
+                pipeline, batch_frames, speed_frames, watermark, speed.late, late_windows=speed.late_windows,
+                expired_join_ranges=speed.expired_join_ranges,
             )
         if on_phase is not None:
             on_phase("summary")
@@ -416,6 +447,7 @@ def run_main_job(
         compared={v: r.compared for v, r in reports.items()},
         excluded=excluded,
         differences={v: list(r.differences) for v, r in reports.items() if r.differences},
+        unexplained={v: r.unexplained for v, r in reports.items()},
         highlights=highlights,
         phase_seconds=timer.seconds,
         lake=str(lake),

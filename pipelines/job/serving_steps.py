@@ -107,6 +107,7 @@ def compare_layers(
     late: Iterable[Any] = (),
     views: Iterable[str] | None = None,
     late_windows: Mapping[str, Iterable[tuple[str, int]]] | None = None,
+    expired_join_ranges: Iterable[tuple[str, int, int]] = (),
 ) -> tuple[dict[str, AgreementReport], dict[str, int]]:
     """Speed vs batch agreement per view over every window closed at ``watermark_ms``,
     excluding windows touched by ``late`` records (and the ``late_windows`` the runtime
@@ -114,10 +115,14 @@ def compare_layers(
 
     When the runtime reports late windows, time-windowed views exclude exactly those (the
     windows that missed a record); session views also exclude every session touched by a
-    late record's timestamp (see :func:`late_exclusions`)."""
+    late record's timestamp (see :func:`late_exclusions`). A remaining difference whose
+    window overlaps the lost results of an ``expired_join_ranges`` entry (``(join store,
+    first ms, last ms)``, ``KafkaStreams.expired_join_ranges()``) is explained; the others
+    are each report's ``unexplained``."""
     from serving.views.merge import agreement
 
     late = list(late)
+    explained = [(lo, hi) for _, lo, hi in expired_join_ranges]
     reports: dict[str, AgreementReport] = {}
     excluded: dict[str, int] = {}
     for view in _selected(pipeline, views):
@@ -128,6 +133,6 @@ def compare_layers(
         records = late if (spec.window_kind == "session" or not late_windows) else []
         exclude = late_exclusions(spec, pipeline.windows_of(view), records, frames, reported)
         excluded[view] = len(exclude)
-        reports[view] = agreement(b, s, spec, watermark_ms, exclude=exclude)
+        reports[view] = agreement(b, s, spec, watermark_ms, exclude=exclude, explained=explained)
     return reports, excluded
 

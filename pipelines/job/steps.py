@@ -334,6 +334,7 @@ def run_speed(
             metrics = _metrics(streams)
             stats.late = runtime_late_records(streams)
             stats.late_windows = runtime_late_windows(streams)
+            stats.expired_join_ranges = streams.expired_join_ranges()
         finally:
             streams.close()
         if fresh and not keep_state:

@@ -51,7 +51,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(head)
 
     views = Table(title="views", title_justify="left")
-    for col in ("view", "windows", "checks", "agreement", "compared", "excluded (late)"):
+    for col in ("view", "windows", "checks", "agreement", "compared", "excluded (late)", "unexplained"):
         views.add_column(col, justify="left" if col in ("view", "checks") else "right")
     for view, n in summary.windows.items():
         ok = summary.checks.get(view)
@@ -63,16 +63,17 @@ def print_summary(summary: RunSummary, console: Console) -> None:
             "-" if ratio is None else (f"[green]{ratio:.2%}[/]" if ratio == 1.0 else f"[red]{ratio:.4%}[/]"),
             f"{summary.compared.get(view, 0):,}",
             f"{summary.excluded.get(view, 0):,}",
+            _unexplained(summary.unexplained.get(view, 0)),
         )
     console.print(views)
 
     for view, diffs in summary.differences.items():
         t = Table(title=f"differences in {view} (not explained by late data)", title_justify="left")
-        for col in ("key", "window_start", "window_end", "reason", "batch", "speed"):
+        for col in ("key", "window_start", "window_end", "reason", "explained", "batch", "speed"):
             t.add_column(col)
         for d in diffs[:_MAX_DIFFS]:
             t.add_row(str(d["key"]), str(d["window_start"]), str(d["window_end"]), d["reason"],
-                      str(d["batch"])[:60], str(d["speed"])[:60])
+                      "expired join" if d.get("explained") else "[red]no[/]", str(d["batch"])[:60], str(d["speed"])[:60])
         console.print(t)
         if len(diffs) > _MAX_DIFFS:
             console.print(f"... and {len(diffs) - _MAX_DIFFS} more")
@@ -89,6 +90,15 @@ def print_summary(summary: RunSummary, console: Console) -> None:
             [f"checks failed: {[v for v, ok in summary.checks.items() if not ok]}"] * (not all(summary.checks.values()))
             + [f"disagreement: {[v for v, r in summary.agreement.items() if r != 1.0]}"]
             * (not all(r == 1.0 for r in summary.agreement.values()))
+            + [f"differences no counted drop names: {[v for v, n in summary.unexplained.items() if n]}"]
+            * any(summary.unexplained.values())
         )
     )
     console.print(verdict)
+
+
+def _unexplained(n: int) -> str:
+    """A view's count of differences no counted drop, late record, expired join record or
+    dead letter names (``RunSummary.unexplained``): red unless 0."""
+    return "[green]0[/]" if n == 0 else f"[red]{n:,}[/]"
+

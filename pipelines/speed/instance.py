@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
         # flushed already, and the close of the last instances may wait for a rebalance
         # (the first ones leaving the group move their tasks to them)
         report(event="final", processed=int(metrics.get("process-total", 0)), metrics=metrics, late=late,
-               late_windows=windows, cpu_s=time.process_time())
+               late_windows=windows, expired_join=streams.expired_join_ranges(), cpu_s=time.process_time())
     except SpeedLayerFailed as exc:
         report(event="error", message=str(exc))
         code = 1

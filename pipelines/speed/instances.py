@@ -436,6 +436,8 @@ def run_speed_instances(
         group.stop(grace_s=FRESH_STOP_GRACE_S if fresh_state else STOP_GRACE_S)
         metrics, late, windows = merge_results(group.results())
         stats.late, stats.late_windows = late, windows
+        stats.expired_join_ranges = sorted({(str(j), int(lo), int(hi)) for res in group.results()
+                                            for j, lo, hi in res.get("expired_join", [])})
         ok = True
         return metrics
     except KeyboardInterrupt:

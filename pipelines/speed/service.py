@@ -200,6 +200,8 @@ class SpeedStats:
         late: the late records themselves (store, key, timestamp), from ``KafkaStreams.late_records()``.
         late_windows: per store, the ``(key, window_start)`` the runtime reports as missed by
             late records (``KafkaStreams.late_windows()``).
+        expired_join_ranges: ``(join store, first ms, last ms)``, the timestamps of the
+            results each expired join drop lost (``KafkaStreams.expired_join_ranges()``).
         metrics: the runtime's raw metrics at the end.
     """
 
@@ -219,6 +221,7 @@ class SpeedStats:
     dead_lettered: int = 0
     late: list[LateRecord] = field(default_factory=list)
     late_windows: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    expired_join_ranges: list[tuple[str, int, int]] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -152,8 +153,12 @@ class AgreementReport(BaseModel):
         equal: how many of them have equal values on both sides.
         ratio: ``equal / compared`` (1.0 when nothing was compared).
         differences: up to ``max_differences`` entries ``{"key", "window_start",
-            "window_end", "batch", "speed", "reason"}``; reason is ``"missing_in_speed"``,
-            ``"missing_in_batch"``, ``"window_end"`` or ``"value"``; values are parsed JSON.
+            "window_end", "batch", "speed", "reason", "explained"}``; reason is
+            ``"missing_in_speed"``, ``"missing_in_batch"``, ``"window_end"`` or ``"value"``;
+            values are parsed JSON; ``explained`` tells whether a counted loss names it.
+        unexplained: how many of the differing identities no counted loss of the speed
+            layer names (see :func:`agreement`'s ``explained``): a difference nothing
+            accounts for, which ``duet run`` fails on.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -163,6 +168,7 @@ class AgreementReport(BaseModel):
     equal: int
     ratio: float
     differences: list[dict[str, Any]]
+    unexplained: int = 0
 
     def summary(self) -> str:
         """One line for logs: ``view: equal/compared agree (ratio %)``."""
@@ -219,6 +225,7 @@ def agreement(
     watermark_ms: int | None,
     exclude: set[tuple[str, int | None]] | None = None,
     max_differences: int = 100,
+    explained: Sequence[tuple[int, int]] = (),
 ) -> AgreementReport:
     """Compare batch and speed results where the batch is authoritative.
 
@@ -235,6 +242,12 @@ def agreement(
         exclude: identities ``(key, window_start)`` to skip (``window_start`` ``None`` for
             tables), e.g. windows where the speed layer dropped late records.
         max_differences: cap on the number of differences listed (all are counted).
+        explained: ``(first ms, last ms)`` time ranges of results the speed layer counted
+            as lost (a stream-stream join's expired window records,
+            ``KafkaStreams.expired_join_ranges()``): a differing window that overlaps one
+            is explained; any other difference (and every table-view difference) is
+            ``unexplained``. Late records and dead letters name theirs by exclusion
+            (``exclude``) and by both layers dead-lettering the same records.
 
     Raises:
         ValueError: if a frame lacks a required column.
@@ -271,7 +284,7 @@ def agreement(
         ends_s = _nullable_ints(joined["window_end_s"])
     else:
         ends_b = ends_s = [None] * len(joined)
-    compared = equal = 0
+    compared = equal = unexplained = 0
     diffs: list[dict[str, Any]] = []
     rows = zip(joined["key"].tolist(), starts, has_b_col, has_s_col, ends_b, ends_s,
                joined["value_b"].tolist(), joined["value_s"].tolist())
@@ -296,17 +309,32 @@ def agreement(
             reason = "value"
         if reason is None:
             equal += 1
-        elif len(diffs) < max_differences:
+            continue
+        end = end_b if has_b else end_s
+        named = _named(start, end, explained, spec.window_kind == "session")
+        unexplained += not named
+        if len(diffs) < max_differences:
             diffs.append(
                 {
                     "key": key,
                     "window_start": start,
-                    "window_end": end_b if has_b else end_s,
+                    "window_end": end,
                     "batch": vb,
                     "speed": vs,
                     "reason": reason,
+                    "explained": named,
                 }
             )
     ratio = equal / compared if compared else 1.0
     return AgreementReport(view=spec.name, compared=compared, equal=equal, ratio=ratio,
-                           differences=diffs)
+                           differences=diffs, unexplained=unexplained)
+
+
+def _named(start: int | None, end: int | None, ranges: Sequence[tuple[int, int]], session: bool) -> bool:
+    """Whether the window from ``start`` to ``end`` (ms; end exclusive as Kafka's time
+    windows, inclusive for a session; None for a table row) overlaps one of ``ranges``
+    (``(first ms, last ms)``, inclusive)."""
+    if start is None:
+        return False
+    last = start if end is None else (end if session else end - 1)
+    return any(lo <= last and hi >= start for lo, hi in ranges)

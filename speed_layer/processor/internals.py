@@ -69,6 +69,13 @@ class InternalProcessorContext(ProcessorContext):
         ``dropped-records-late`` for a reason starting with "late"); ``window`` =
         ``(store, key, window_start)`` of a late record, ``timestamp`` its timestamp (ms)."""
 
+    def record_expired_join(self, store: str, first_ms: int, last_ms: int) -> None:
+        """Report that a stream-stream join lost results because records of its window
+        store ``store`` had expired: the lost results' timestamps lie in ``[first_ms,
+        last_ms]`` (ms). The runtime keeps them (``KafkaStreams.expired_join_ranges()``); a
+        context that keeps no metrics (a relational replay, which expires nothing) does
+        nothing."""
+
     @abstractmethod
     def inc_metric(self, name: str) -> None:
         """Count one occurrence of the task metric ``name`` (e.g.

@@ -153,6 +153,13 @@ class ClientMetrics:
             out.update(set(m.late_records))
         return sorted(out, key=lambda r: (r[0], repr(r[1]), r[2]))
 
+    def expired_join_ranges(self) -> list[tuple[str, int, int]]:
+        """``KafkaStreams.expired_join_ranges()``: ``(store, first ms, last ms)``, sorted."""
+        out: set[tuple[str, int, int]] = set()
+        for m in self._all():
+            out.update(set(m.expired_join_ranges))
+        return sorted(out)
+
     def late_windows(self) -> dict[str, set[tuple[Any, int]]]:
         """``KafkaStreams.late_windows()``: per store, ``(key, window_start ms)``."""
         out: dict[str, set[tuple[Any, int]]] = {}

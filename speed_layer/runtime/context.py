@@ -146,6 +146,9 @@ class ProcessorContextImpl(InternalProcessorContext):
             locals_[key] = factory()
         return locals_[key]
 
+    def record_expired_join(self, store: str, first_ms: int, last_ms: int) -> None:
+        self._task.metrics.expired_join_ranges.add((store, first_ms, last_ms))
+
     def record_dropped(self, node: str, reason: str, window: tuple[str, Any, int] | None = None,
                        timestamp: int | None = None) -> None:
         """Count a dropped record; ``window`` = ``(store, key, window_start)`` of a late record,

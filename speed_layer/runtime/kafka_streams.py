@@ -403,13 +403,11 @@ class KafkaStreams:
         """Client-level metrics (Kafka's names): ``process-total``, ``process-rate``
         (records/s since start), ``dropped-records-total`` (of which
         ``dropped-records-late-total`` late and ``dead-lettered-total`` sent to the DLQ),
-        ``expired-window-record-drop-total`` (records a stream-stream join's window store
-        dropped as expired, a store metric in Kafka),
-        ``commit-total``, ``enforced-processing-total``, ``restore-total`` (changelog records
-        replayed into stores), ``alive-stream-threads``, ``poll-total`` (iterations of the
-        stream threads' loops) and ``process-records-avg`` (records processed per
-        iteration, as Kafka's thread metric), and
-        ``tasks``: ``{task id: {metric: value}}`` (standby tasks: KIP-869's ``update-total``).
+        ``expired-window-record-drop-total`` (stream-stream join records that lost results
+        to expired window records, :meth:`expired_join_ranges`), ``commit-total``,
+        ``enforced-processing-total``, ``restore-total`` (changelog records replayed into
+        stores), ``alive-stream-threads``, ``poll-total`` (stream thread loops), ``process-records-avg``
+        (records per loop, Kafka's thread metric), ``tasks``: ``{task id: {metric: value}}`` (standby tasks: KIP-869's ``update-total``).
 
         ``threads``: per live stream thread (its name), Kafka's stream-thread-metrics
         ``thread-state``, ``process-total``, ``commit-total``, ``poll-total``,
@@ -453,14 +451,16 @@ class KafkaStreams:
     def late_records(self) -> list[tuple[str, Any, int]]:
         """``(store, key, timestamp)`` of every record a windowed aggregation dropped as late
         (after window end + grace, or a closed session), sorted, each once: what the speed
-        layer's views miss and the batch layer counts (``docs/contracts.md``). Keys that are
-        not hashable are given as their ``repr``."""
+        views miss and the batch counts (docs/contracts.md); unhashable keys as ``repr``."""
         return self._metrics.late_records()
 
+    def expired_join_ranges(self) -> list[tuple[str, int, int]]:
+        """``(join window store, first ms, last ms)``: the lost results' timestamps of each
+        ``expired-window-record-drop`` of a stream-stream join (docs/contracts.md)."""
+        return self._metrics.expired_join_ranges()
+
     def late_windows(self) -> dict[str, set[tuple[Any, int]]]:
-        """Per store, the ``(key, window_start)`` of windows that records dropped as late
-        (after window end + grace) would have updated: the speed layer's values for them
-        are incomplete."""
+        """Per store, ``(key, window_start)`` of the windows records dropped as late missed."""
         return self._metrics.late_windows()
 
     # ------------------------------------------------------------------ catching up

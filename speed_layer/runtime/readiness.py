@@ -8,11 +8,22 @@ collector's pending sends, so the rules are unit-tested with fake tasks
 The rules, all times in ms unless named ``_s``:
 
 * **KIP-695 per task.** An empty input partition holds its task back while data may be on
-  the broker: no end-of-partition seen since its last record (at most
-  ``UNKNOWN_LAG_WAIT_S``), and for ``max.task.idle.ms`` once it is caught up (0: not at
-  all; -1: never wait), counted from the first time it is seen empty at its end until it
-  buffers a record again, as Kafka's ``idlePartitionDeadlines``: a partition that stays
-  empty (a table's, read to its end) is waited for once, not after every record.
+  the broker: no end-of-partition seen since its last record, and for ``max.task.idle.ms``
+  once it is caught up (0: not at all; -1: never wait), counted from the first time it is
+  seen empty at its end until it buffers a record again, as Kafka's
+  ``idlePartitionDeadlines``: a partition that stays empty (a table's, read to its end) is
+  waited for once, not after every record. With the consumer's fetch positions known
+  (``lag``, at-least-once), the wait for data is Kafka's exactly: a partition whose lag is
+  unknown (no fetch answered yet) or above 0 (its high watermark beyond the next offset to
+  fetch) holds the task and the thread for as long as it takes, never enforced on the
+  clock (Kafka's ``PartitionGroup#readyToProcess``: "must wait to fetch metadata" / "must
+  wait to poll the data we know to be on the broker"); a lag of 0 counts as its end. So
+  load cannot make one partition of a backlog run ahead of another whose records are on
+  the broker (issue 42: a thread released after 17 s on a not yet fetched ``clicks-0``
+  ran the month's orders ahead of the clicks, and a stream-stream join lost their
+  matches). Without a known lag (exactly-once, whose transaction markers keep the high
+  watermark beyond the last record, or no consumer) the wait is at most
+  ``UNKNOWN_LAG_WAIT_S``.
 * **Repartition round trips (at-least-once).** A task is also held back while a record
   this thread sent to one of its empty repartition partitions, with a timestamp ``<=`` its
   head, is on its way back; or while a sibling partition (the same repartition topic,
@@ -33,7 +44,8 @@ The rules, all times in ms unless named ``_s``:
   older than the task's head. duet's extension of KIP-695 to the tasks of one repartition
   topic, for instances that run different stages of one application on a backlog.
 * **The thread.** No task processes while an assigned partition has nothing buffered or
-  held and has not reached its end (at most ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
+  held and has not reached its end (its lag unknown or above 0 when known, else at most
+  ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
   keeps its tasks at the same event time. A paused partition is no exception (its buffer
   ran dry within a loop; it is resumed at the next); records the thread holds for a
   partition are moved into its buffer as soon as it runs dry (``refill``), so a task never
@@ -93,6 +105,10 @@ class Readiness:
             are to come from the consumer, none being held by the thread (the thread's flow
             control).
         owner: names the thread in the watchdog's warnings.
+        lag: ``lag(tp)``: the partition's known lag (its cached high watermark minus the next
+            offset to fetch, >= 0), None while unknown (no fetch answered yet); when given,
+            the waits for data on the broker have no deadline (see the module docstring).
+            Only for at-least-once: ignored with ``exactly_once``.
 
     The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
     its way back, a sibling's older record) that ends in enforced processing after
@@ -105,8 +121,10 @@ class Readiness:
 
     def __init__(self, max_task_idle_ms: int, exactly_once: bool, task_tps: Mapping[str, list[TP]],
                  tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
-                 serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread") -> None:
+                 serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread",
+                 lag: Callable[[TP], int | None] | None = None) -> None:
         self.max_task_idle_ms = max_task_idle_ms
+        self._lag = None if exactly_once else lag
         self.exactly_once = exactly_once
         self.task_tps = task_tps
         self.tp_task = tp_task
@@ -139,6 +157,8 @@ class Readiness:
         #: enforced processings of waits for data (lag > 0) not logged yet, and when the last was
         self._unlogged_enforced = 0
         self._last_warning: float | None = None
+        #: set by :meth:`ready`: the task was held by ``max.task.idle.ms`` alone
+        self.idling = False
 
     # -- the thread's bookkeeping
     def add_partition(self, tp: TP, repartition: bool) -> None:
@@ -167,7 +187,10 @@ class Readiness:
 
     # -- the rules
     def ready(self, task: BufferedTask, now: float) -> bool:
-        """Whether ``task`` may process its next record at ``now`` (monotonic s)."""
+        """Whether ``task`` may process its next record at ``now`` (monotonic s). When not,
+        :attr:`idling` tells whether only ``max.task.idle.ms`` holds it (a caught-up
+        partition, its own or a sibling's, that another process may still feed)."""
+        self.idling = False
         if task.buffered() == 0:
             return False
         idle = self.max_task_idle_ms
@@ -184,9 +207,11 @@ class Readiness:
                 if deadlines:  # empty unless max.task.idle.ms > 0
                     deadlines.pop(tp, None)
                 continue
-            if not self.eof.get(tp):
+            if not self.eof.get(tp) and not self._caught_up_by_lag(tp):
                 if deadlines:
                     deadlines.pop(tp, None)
+                if self._lag is not None:
+                    return False  # data on the broker, or no fetch answered yet: Kafka waits, unbounded
                 if why is None:
                     why = (RULE_UNKNOWN_LAG, tp)
                 wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
@@ -208,12 +233,14 @@ class Readiness:
                 else:
                     idle_wait = True
         if wait_s == 0 and idle_wait:
+            self.idling = True
             return False
         if wait_s == 0 and not self.exactly_once:
             sibling = self._sibling_pending(task)
             if sibling is not None:
                 wait_s, why = UNKNOWN_LAG_WAIT_S, (RULE_SIBLING, sibling)
         if wait_s == 0 and idle > 0 and self._sibling_idle(task, now):
+            self.idling = True
             return False
         if wait_s == 0:
             self._idle_since.pop(task.task_id, None)
@@ -262,15 +289,18 @@ class Readiness:
 
     def thread_ready(self, now: float) -> bool:
         """False while an assigned partition, paused or not, has nothing buffered or held and
-        has not reached its end (data may be on its way), for at most ``UNKNOWN_LAG_WAIT_S``."""
+        has not reached its end (data may be on its way): as long as its lag is unknown or
+        above 0 when the lag is known (``lag``), else for at most ``UNKNOWN_LAG_WAIT_S``."""
         if self.max_task_idle_ms < 0:
             return True
         eof, waiting_input = self.eof, self._waiting_input
         waiting: TP | None = None
         for tp, task in self.tp_task.items():
-            if not eof.get(tp) and task.buffered_in(*tp) == 0 and waiting_input(tp):
+            if not eof.get(tp) and task.buffered_in(*tp) == 0 and waiting_input(tp) and not self._caught_up_by_lag(tp):
                 waiting = tp
                 break
+        if waiting is not None and self._lag is not None:
+            return False  # as Kafka, no deadline on data the broker has (see the module docstring)
         if waiting is None:
             self._thread_wait_since = None
             self._thread_enforced = False
@@ -291,6 +321,15 @@ class Readiness:
         return all(eof.get(tp) for tp in self.tp_task) and not any(t.buffered() for t in self.tp_task.values())
 
     # -- helpers
+    def _caught_up_by_lag(self, tp: TP) -> bool:
+        """Whether the consumer's known lag of ``tp`` is 0 and no record is held for it: the
+        partition is at its end even when its end-of-partition event was not seen (librdkafka reports it once per
+        offset; one dropped with a paused partition's prefetched records is not sent
+        again)."""
+        lag = self._lag
+        # records held for it are fetched (counted in the lag) but not in its buffer yet
+        return lag is not None and self._waiting_input(tp) and lag(tp) == 0
+
     def _enforced(self, who: str, why: tuple[str, TP], waited_s: float) -> None:
         """The watchdog (see the class docstring): log an enforced wait for data."""
         self._unlogged_enforced += 1

@@ -91,7 +91,7 @@ class StreamThread(threading.Thread):
             self.config.max_task_idle_ms, self.eos, self.task_tps, self.tp_task,
             pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
             serve_reports=lambda: self.collector.poll() if self.collector else None,
-            waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name)
+            waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name, lag=self._known_lag)
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
@@ -160,6 +160,24 @@ class StreamThread(threading.Thread):
     @restorer.setter
     def restorer(self, restorer: ChangelogRestorer | None) -> None:
         self.task_manager.restorer = restorer
+
+    def _known_lag(self, tp: TP) -> int | None:
+        """The consumer's lag of ``tp`` (``Readiness``'s ``lag``): its cached high watermark
+        (from the last fetch answer, no request) minus the next offset to consume; None while
+        unknown (no fetch answered yet, or no record consumed and no position)."""
+        consumer = self.consumer
+        if consumer is None:
+            return None
+        part = TopicPartition(*tp)
+        high = consumer.get_watermark_offsets(part, cached=True)[1]
+        if high < 0:
+            return None
+        position = self.readiness.fetched_next.get(tp)
+        if position is None:
+            position = consumer.position([part])[0].offset
+            if position < 0:
+                return None
+        return max(0, high - position)
 
     # ------------------------------------------------------------------ TaskListener
     def task_added(self, task_id: str, tps: list[TP]) -> None:

@@ -72,6 +72,9 @@ class Metrics:
     late_windows: dict[str, set[tuple[Any, int]]] = field(default_factory=dict)
     #: ``(store, key, timestamp)`` of each record an aggregation dropped as late
     late_records: set[tuple[str, Any, int]] = field(default_factory=set)
+    #: ``(join window store, first ms, last ms)``: the timestamps of stream-stream join
+    #: results lost to expired join window records (``expired-window-record-drop``)
+    expired_join_ranges: set[tuple[str, int, int]] = field(default_factory=set)
 
     def inc(self, task_id: str, name: str, n: int = 1) -> None:
         key = (task_id, name)

@@ -2,7 +2,8 @@
 processes next, and how many records at a time.
 
 Kafka orders records by timestamp within a task and leaves the order across tasks open
-(round-robin). duet takes the lowest head across the thread's tasks, and holds the thread
+(round-robin). duet takes the lowest head across the thread's tasks, stops at the first
+task that is held back (no task with a later head runs past it), and holds the thread
 back while one of its partitions may still have data on the broker (KIP-695 applied to the
 thread, :mod:`.readiness`): the tasks of a replayed backlog stay at the same event time, so
 their outputs reach downstream repartition topics nearly in timestamp order and downstream
@@ -69,11 +70,21 @@ class TaskExecutor:
         while heap and n < max_records:
             _, i, task = heapq.heappop(heap)
             if not readiness.ready(task, now):
+                if readiness.idling:
+                    # max.task.idle.ms on a partition another process may feed (KIP-695):
+                    # its order against this thread's other tasks is not this thread's to keep
+                    if not readiness.thread_ready(now):
+                        break
+                    continue
                 # held back: by an empty partition (KIP-695), or by a record sent to one of
-                # its or its siblings' repartition partitions, older than its head
-                if not readiness.thread_ready(now):
-                    break
-                continue
+                # its or its siblings' repartition partitions, older than its head. The tasks
+                # after it have later heads: running them would take the thread's event time
+                # past the records it waits for, and their outputs past its outputs in the
+                # topics both write (issue 42: the orders' task waited for its foreign-key
+                # responses while the clicks' task ran days ahead, and the stream-stream join
+                # reading both re-keyed streams expired the orders' partners). Every such wait
+                # ends by I/O (a fetch, a delivery) or by a task before it in this order.
+                break
             self.begin()
             started = time.perf_counter_ns()
             # a run of the task's records up to the next task's head while it stays ready:

@@ -55,6 +55,7 @@ def assert_one_answer(proc: subprocess.CompletedProcess[str], summary: dict[str,
     assert set(summary["windows"]) == views and all(n > 0 for n in summary["windows"].values()), summary["windows"]
     assert summary["checks"] == {v: True for v in views}, summary.get("check_failures")
     assert summary["agreement"] == {v: 1.0 for v in views}, summary.get("differences")
+    assert summary["unexplained"] == {v: 0 for v in views}, summary.get("differences")
     assert all(summary["compared"][v] > 0 for v in views), summary["compared"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     # a quiet happy path (issue 44): one WARNING per dead-lettered record (the scaffold's sample has 3), nothing else

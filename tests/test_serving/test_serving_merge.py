@@ -243,6 +243,7 @@ def test_agreement_tumbling() -> None:
         ("b", T0 + 2 * HOUR): "missing_in_speed",
         ("c", T0 + 2 * HOUR): "missing_in_batch",
     }
+    assert rep.unexplained == 3  # nothing counted names them
     diff = next(d for d in rep.differences if d["reason"] == "value")
     assert diff["batch"] == {"c": 5} and diff["speed"] == {"c": 4} and diff["window_end"] == T0 + 3 * HOUR
     assert "1/4 agree" in rep.summary()
@@ -264,5 +265,31 @@ def test_agreement_sessions_and_tables() -> None:
     rep = agreement(batch, speed, TABLE, W)  # b is newer in speed: not compared
     assert (rep.compared, rep.equal) == (2, 1)
     assert rep.differences == [{"key": "c", "window_start": None, "window_end": None,
-                                "batch": 3, "speed": 4, "reason": "value"}]
+                                "batch": 3, "speed": 4, "reason": "value", "explained": False}]
+    assert rep.unexplained == 1  # a table row: no time range names it
     assert agreement(batch, speed, TABLE, W, exclude={("c", None)}).ratio == 1.0
+
+
+def test_agreement_names_differences_by_the_results_an_expired_join_lost() -> None:
+    # issue 42: a stream-stream join counted records whose results were lost to expired
+    # window records (KafkaStreams.expired_join_ranges: the lost results' timestamps); a
+    # window overlapping such a range is explained, any other difference is unexplained
+    batch = frame([
+        ("p1", T0 + 1 * HOUR, T0 + 2 * HOUR, {"c": 1}, 0),  # missing in speed: a lost result at 1:10
+        ("p2", T0 + 2 * HOUR, T0 + 3 * HOUR, {"c": 2}, 0),  # one fewer in speed, nothing lost then
+        ("p3", T0, T0 + HOUR, {"c": 1}, 0),
+    ])
+    speed = frame([
+        ("p2", T0 + 2 * HOUR, T0 + 3 * HOUR, {"c": 1}, 0),
+        ("p3", T0, T0 + HOUR, {"c": 1}, 0),
+    ])
+    lost = [(T0 + HOUR + 10 * MIN, T0 + HOUR + 40 * MIN)]
+    rep = agreement(batch, speed, TUMB, W, explained=lost)
+    assert (rep.compared, rep.equal, rep.unexplained) == (3, 1, 1)
+    named = {(d["key"], d["explained"]) for d in rep.differences}
+    assert named == {("p1", True), ("p2", False)}
+    assert agreement(batch, speed, TUMB, W).unexplained == 2
+    # a time window ends before its end (exclusive): a range at 2:00 names p2's window only
+    rep = agreement(batch, speed, TUMB, W, explained=[(T0 + 2 * HOUR, T0 + 2 * HOUR)])
+    assert {d["key"] for d in rep.differences if d["explained"]} == {"p2"} and rep.unexplained == 1
+    assert agreement(batch, speed, TUMB, W, explained=[(T0 + 3 * HOUR + 1, T0 + 4 * HOUR)]).unexplained == 2

@@ -47,7 +47,8 @@ class Kit:
     """A Readiness over fake tasks, a fake collector (pending sends per partition) and the
     partitions the thread holds records for."""
 
-    def __init__(self, tasks: list[FakeTask], idle_ms: int = 0, eos: bool = False) -> None:
+    def __init__(self, tasks: list[FakeTask], idle_ms: int = 0, eos: bool = False,
+                 lags: dict[TP, int | None] | None = None) -> None:
         self.tasks = {t.task_id: t for t in tasks}
         self.task_tps = {t.task_id: sorted(t.queues) for t in tasks}
         self.tp_task = {tp: t for t in tasks for tp in t.queues}
@@ -56,8 +57,10 @@ class Kit:
         self.served = 0
         self.held: set[TP] = set()
         self.enforced: list[str] = []
+        #: the consumer's known lag per partition (None: no fetch answered); no dict: no consumer
+        self.lags = lags
         self.r = Readiness(idle_ms, eos, self.task_tps, self.tp_task, self._pending, self._serve,
-                           lambda tp: tp not in self.held)
+                           lambda tp: tp not in self.held, lag=None if lags is None else self.lags.get)
         self.r.on_enforced = self.enforced.append
         for tp in self.tp_task:
             self.r.add_partition(tp, tp[0] == REP)
@@ -251,3 +254,50 @@ def test_a_closed_task_is_forgotten() -> None:
     del kit.task_tps["1_1"], kit.tp_task[(REP, 1)]
     assert kit.r.ready(a, 0.0)
     assert (REP, 1) not in kit.r.tracked and (REP, 1) not in kit.r.eof
+
+
+# -- with the consumer's lag known (at-least-once): Kafka's waits, never enforced on the clock
+LONG_AFTER = 100.0 + 1000 * UNKNOWN_LAG_WAIT_S
+
+
+@pytest.mark.parametrize("lag", [None, 3])
+def test_a_partition_with_data_on_the_broker_or_no_fetch_answer_holds_task_and_thread_without_deadline(lag: int | None) -> None:
+    # Kafka's PartitionGroupTest#shouldWaitForPollWhenLagIsNonzero and
+    # shouldWaitForFetchesWhenMetadataIsIncomplete: no enforced processing, however long;
+    # issue 42: a thread released after 17 s on a not yet fetched clicks-0 ran the orders
+    # of a backlog a month ahead of the clicks and a stream-stream join lost matches
+    orders = FakeTask("1_0", {("orders", 0): [5, 6, 7]})
+    clicks = FakeTask("0_0", {(SRC, 0): [], ("other", 0): [1]})
+    kit = Kit([orders, clicks], lags={(SRC, 0): lag, ("orders", 0): 3, ("other", 0): 1})
+    for now in (100.0, 100.0 + UNKNOWN_LAG_WAIT_S, LONG_AFTER):
+        assert not kit.r.ready(clicks, now)
+        assert not kit.r.thread_ready(now)  # the orders' task does not run ahead either
+    assert kit.enforced == []
+    kit.lags[(SRC, 0)] = 0  # fetched to the high watermark: its end, with or without the event
+    assert kit.r.ready(clicks, LONG_AFTER)
+    assert kit.r.thread_ready(LONG_AFTER)
+    assert kit.enforced == []
+
+
+def test_the_known_lag_rules_leave_max_task_idle_ms_and_round_trips_as_they_are() -> None:
+    task = FakeTask("0_0", {(SRC, 0): [5], (REP, 0): []})
+    kit = Kit([task], idle_ms=2000, lags={(SRC, 0): 1, (REP, 0): 0})
+    kit.at_end((SRC, 0))
+    assert not kit.r.ready(task, 10.0)  # lag 0: at its end, waited for max.task.idle.ms
+    assert kit.r.ready(task, 12.0)
+    kit2 = Kit([FakeTask("0_0", {(SRC, 0): [5], (REP, 0): []})], lags={(SRC, 0): 1, (REP, 0): 0})
+    kit2.at_end((SRC, 0))
+    kit2.pending[(REP, 0)] = 4
+    t2 = kit2.tasks["0_0"]
+    assert not kit2.r.ready(t2, 10.0)  # on its way back: the round-trip wait
+    del kit2.pending[(REP, 0)]
+    assert kit2.r.ready(t2, 10.0)
+
+
+def test_exactly_once_ignores_the_lag_and_keeps_the_unknown_lag_deadline() -> None:
+    # read_committed: transaction markers keep the high watermark beyond the last record
+    task = FakeTask("0_0", {(SRC, 0): [5], ("other", 0): []})
+    kit = Kit([task], eos=True, lags={(SRC, 0): 1, ("other", 0): 1})
+    kit.at_end((SRC, 0))
+    assert not kit.r.ready(task, 100.0)
+    assert kit.r.ready(task, 100.0 + UNKNOWN_LAG_WAIT_S)

@@ -196,7 +196,8 @@ def test_expired_records_are_not_stored_but_still_join_live_records() -> None:
         assert [(r.value, r.timestamp) for r in o.read_records_to_list()] == [("L3-r0", 3)]
         ri.pipe_input("k", "r4", 4)  # L3 was not stored: nothing to join
         assert o.is_empty()
-        assert d.metrics.total("expired-window-record-drop") == 1
+        # L3 (not stored) and r4 (its window [0, 9] lies behind the left store's retention)
+        assert d.metrics.total("expired-window-record-drop") == 2
         store = d.get_window_store("KSTREAM-JOINTHIS-0000000004-store")
         assert store.fetch("k", 0, 200) == [(100, "L100")]
 
@@ -293,3 +294,29 @@ def test_runtime_inner_join_on_two_partitions_matches_test_driver(runtime_kit: A
     got = Counter((m.key().decode(), json.dumps(json.loads(m.value()), sort_keys=True), m.timestamp()[1]) for m in kit.read(t["out"]))
     assert got == expected
     assert streams.close(30)
+
+
+def test_a_record_whose_window_expired_in_the_other_store_is_counted_with_the_results_it_lost() -> None:
+    # issue 42: under load one side ran far ahead (orders a month ahead of the clicks); a
+    # record of the lagging side then finds the other side's records of its window expired
+    # (Kafka's segmented store hides starts <= stream time - retention) and joins nothing.
+    # Kafka's KStreamKStreamJoin loses those results without a trace; duet counts the record
+    # (expired-window-record-drop, the summary's expired_join_drops) and reports the
+    # timestamps its lost results would have had, [ts, ts + after]
+    w = JoinWindows.of_time_difference_and_grace(5, 2)  # retention 5 + 5 + 2 = 12
+    b = StreamsBuilder()
+    b.stream("left").join(b.stream("right"), lambda l, r: f"{l}-{r}", w, StreamJoined(store_name="j")).to("out")
+    with TopologyTestDriver(b.build()) as d:
+        li, ri, o = d.create_input_topic("left"), d.create_input_topic("right"), d.create_output_topic("out")
+        li.pipe_input("k", "L52", 52)
+        ri.pipe_input("k", "r50", 50)  # in time: joins
+        assert [(r.value, r.timestamp) for r in o.read_records_to_list()] == [("L52-r50", 52)]
+        assert d.metrics.total("expired-window-record-drop") == 0
+        li.pipe_input("k", "L100", 100)  # the left side runs ahead: its starts <= 88 expire
+        ri.pipe_input("k", "r51", 51)  # would join L52 (and nothing else)
+        ri.pipe_input("k", "r98", 98)  # its window [93, 103] is within the retention
+        assert [(r.value, r.timestamp) for r in o.read_records_to_list()] == [("L100-r98", 100)]
+        assert d.metrics.total("expired-window-record-drop") == 1
+        stores = {s for s, _, _ in d.metrics.expired_join_ranges}
+        assert len(stores) == 1 and "j" in stores.pop()  # the left side's window store
+        assert [(lo, hi) for _, lo, hi in d.metrics.expired_join_ranges] == [(51, 56)]

@@ -118,3 +118,21 @@ def test_wall_clock_punctuations_run_for_due_tasks_after_begin() -> None:
     ex, begun = _executor([a, b])
     ex.punctuate(1_000)
     assert (a.punctuated, b.punctuated) == (0, 1) and begun == ["begin"]
+
+
+def test_no_task_runs_past_an_earlier_task_held_back() -> None:
+    """Issue 42: the orders' task (earlier head) waits for a record on its way back to its
+    repartition partition; the clicks' task (later heads) must not run ahead meanwhile, or
+    a stream-stream join reading both re-keyed streams sees the clicks days before the
+    orders and expires the orders' partners."""
+    log: list[tuple[str, int]] = []
+    orders = FakeTask("1_0", {("orders", 0): [10, 50], ("responses", 0): []}, log)
+    clicks = FakeTask("0_0", {("clicks", 0): [11, 12, 60]}, log)
+    ex, _ = _executor([orders, clicks])
+    ex.readiness.tracked.add(("responses", 0))  # a repartition partition this thread sends to
+    on_its_way: dict[TP, int] = {("responses", 0): 5}
+    ex.readiness._pending = lambda tp, consumed_next: on_its_way.get(tp)  # type: ignore[method-assign]
+    assert ex.process() == 0 and log == []  # held at 10 by the response at 5: nothing runs
+    del on_its_way[("responses", 0)]  # consumed back (its partition at its end, nothing pending)
+    assert ex.process() == 5
+    assert log == [("1_0", 10), ("0_0", 11), ("0_0", 12), ("1_0", 50), ("0_0", 60)]

@@ -213,7 +213,10 @@ class JoinWindowProcessor(OpProcessor):
             return
         expired = self.store.observed_stream_time >= 0 and record.timestamp <= self.store.observed_stream_time - self.store.retention_ms
         if expired:
+            # its later partners' results are lost; they take their own, later, timestamps
             self.context.inc_metric("expired-window-record-drop")
+            w = self.op.windows
+            self.context.record_expired_join(self.op.store, record.timestamp, record.timestamp + w.before_ms + w.after_ms)
         self.store.put(record.key, record.value, record.timestamp, record.timestamp)
 
 
@@ -291,7 +294,10 @@ class StreamStreamJoinProcessor(OpProcessor):
             self._emit_non_joined(record)
         time_from = max(0, ts - self.join_before)
         time_to = max(0, ts + self.join_after)
-        matches = self.other.fetch_with_timestamps(record.key, time_from, time_to)
+        other = self.other
+        if other.observed_stream_time >= 0 and time_from <= other.observed_stream_time - other.retention_ms:
+            self._expired_lookup(ts, time_to)
+        matches = other.fetch_with_timestamps(record.key, time_from, time_to)
         for other_ts, vt in matches:
             self._emit_inner(record, other_ts, vt.value)
         if self.outer and not matches:
@@ -302,6 +308,18 @@ class StreamStreamJoinProcessor(OpProcessor):
                 k = self._outer_key(record.key, ts, self.op.this_is_left)
                 values = self.outer_store.get(k) or []
                 self.outer_store.put(k, values + [record.value], ts)
+
+    def _expired_lookup(self, ts: int, time_to: int) -> None:
+        """The record's join window starts at or before the other window store's retention
+        (its stream time minus before + after + grace): the other side's records it would join
+        there are expired and its results with them are lost. Kafka's KStreamKStreamJoin
+        fetches what is left without a trace; duet counts the record as
+        ``expired-window-record-drop`` (the summary's ``expired_join_drops``, as a record the
+        store drops on put) and reports the timestamps the lost results would have had,
+        ``[ts, max(ts, time_to)]`` (a result takes the larger of its two timestamps), so the
+        agreement report can name the windows that miss them."""
+        self.context.inc_metric("expired-window-record-drop")
+        self.context.record_expired_join(self.op.other_store, ts, max(ts, time_to))
 
     def _emit_inner(self, record: Record[Any, Any], other_ts: int, other_value: Any) -> None:
         if self.outer_store is not None:
