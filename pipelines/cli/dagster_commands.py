@@ -44,6 +44,12 @@ def ui(
     yes: YesOpt = False,
     host: Annotated[str, typer.Option("--host", help="Interface the Dagster UI binds.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port of the Dagster UI.")] = 3000,
+    dagster_storage: Annotated[
+        Optional[str], typer.Option("--dagster-storage", envvar="DUET_DAGSTER_STORAGE", show_envvar=True,
+                                    metavar="URL", help="postgresql://user:password@host:port/db: Dagster's run, "
+                                    "event-log and schedule storage in PostgreSQL (dagster-postgres; default: "
+                                    "SQLite in DAGSTER_HOME). See docs/deploy.md.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """The Dagster UI (`dagster dev`: webserver and daemon) on the pipeline (with none given
@@ -66,6 +72,13 @@ def ui(
                     raise UserError(f"{flag} {what} the sample data that --load loads: add --load (which deletes the "
                                     f"topics and the lake tables first) or drop {flag}")
             check_port_free(host, port)
+            if dagster_storage:
+                from pipelines.dagster.home import check_storage
+
+                try:
+                    check_storage(dagster_storage)  # sets $DUET_DAGSTER_STORAGE for dagster dev
+                except ValueError as exc:
+                    raise UserError(str(exc)) from None
             project = find_project()
             chosen = pipeline_ref or os.environ.get(PIPELINE_ENV, "").strip() or (project.pipeline if project else None)
             refs = [chosen] if chosen else list(EXAMPLE_PIPELINES)
@@ -180,8 +193,12 @@ def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: P
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    from pipelines.dagster.home import STORAGE_ENV, redact_url
+
+    storage = os.environ.get(STORAGE_ENV)
+    where = f"storage {redact_url(storage)}" if storage else "SQLite storage"
     console.print(f"Dagster UI at [bold]http://{host}:{port}[/] ({', '.join(names)}; Kafka {servers}, lake {root}, "
-                  f"DAGSTER_HOME {home}); Ctrl-C stops it")
+                  f"DAGSTER_HOME {home}, {where}); Ctrl-C stops it")
     try:
         return proc.wait()
     except KeyboardInterrupt:
