@@ -11,7 +11,8 @@ does. Use it from a shell::
     .venv/bin/dagster dev -w workspace.yaml
 
 With ``$DUET_DAGSTER_STORAGE`` (or ``duet ui --dagster-storage``) set to a
-``postgresql://user:password@host:port/db`` URL, the file also gets Dagster's ``storage:
+``postgresql://user:password@host:port/db`` URL (kept there as
+``postgresql+psycopg2://``, the driver dagster-postgres installs), the file also gets Dagster's ``storage:
 postgres:`` section (dagster-postgres: run, event-log and schedule storage in PostgreSQL,
 Dagster's "Dagster instance" docs) whose ``postgres_url`` is read from that variable
 (``{env: DUET_DAGSTER_STORAGE}``): the credentials are never written to the file.
@@ -52,6 +53,19 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
+def sqlalchemy_url(url: str) -> str:
+    """``url`` with SQLAlchemy's psycopg2 driver named (``postgresql+psycopg2://``): the driver
+    dagster-postgres installs; SQLAlchemy 2.1's default for ``postgresql://`` is psycopg 3.
+
+    Raises:
+        ValueError: not a ``postgresql://`` (``postgres://``, ``postgresql+psycopg2://``) URL.
+    """
+    for scheme in ("postgresql+psycopg2://", "postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg2://" + url[len(scheme):]
+    raise ValueError(f"Dagster storage {redact_url(url)!r}: expected a postgresql://user:password@host:port/db URL")
+
+
 def ensure_dagster_home(path: Path | None = None, *, set_env: bool = True, storage: str | None = None) -> Path:
     """Create (if needed) a Dagster home with telemetry and the first-visit dialog disabled
     (:data:`DAGSTER_YAML`) and return it.
@@ -69,9 +83,7 @@ def ensure_dagster_home(path: Path | None = None, *, set_env: bool = True, stora
     from speed_layer.runtime.paths import duet_home
 
     if storage is not None:
-        if not storage.startswith(("postgresql://", "postgres://")):
-            raise ValueError(f"Dagster storage {redact_url(storage)!r}: expected a postgresql://user:password@host:port/db URL")
-        os.environ[STORAGE_ENV] = storage
+        os.environ[STORAGE_ENV] = sqlalchemy_url(storage)
     postgres = bool(os.environ.get(STORAGE_ENV))
     env = os.environ.get("DAGSTER_HOME")
     home = Path(path or env or duet_home() / "dagster").expanduser().resolve()
@@ -95,14 +107,13 @@ def check_storage(url: str, timeout_s: int = 5) -> None:
     """
     import psycopg2
 
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ValueError(f"--dagster-storage {redact_url(url)!r}: expected postgresql://user:password@host:port/db")
+    dsn = sqlalchemy_url(url).replace("postgresql+psycopg2://", "postgresql://", 1)
     try:
-        psycopg2.connect(url, connect_timeout=timeout_s).close()
+        psycopg2.connect(dsn, connect_timeout=timeout_s).close()
     except psycopg2.Error as exc:
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"--dagster-storage {redact_url(url)}: cannot connect: {cause}") from None
-    os.environ[STORAGE_ENV] = url
+    os.environ[STORAGE_ENV] = sqlalchemy_url(url)
 
 
 if __name__ == "__main__":
