@@ -2,6 +2,7 @@
 #   make setup                 venv + project (editable, dev extras) + the JVM jars (Maven)
 #                              + class-data-sharing archives of the broker's and Spark's JVMs
 #                              + headless Chromium and its driver (Debian packages, browser tests)
+#                              + Debian's PostgreSQL server (Dagster's storage in the tests)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
 #   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist processes, one test
 #                              file per worker at a time)
@@ -36,6 +37,7 @@ VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
 DELTA_STAMP := $(JARS)/delta/.copied
 BROWSER_STAMP := $(DUET_HOME)/.browser
+POSTGRES_STAMP := $(DUET_HOME)/.postgres
 CDS_STAMP := $(DUET_HOME)/cds/.built
 # Debian's chromium + chromium-driver (same version), for the browser tests.
 BROWSER_PACKAGES := chromium chromium-driver fonts-dejavu-core
@@ -45,7 +47,7 @@ export DUET_HOME
 
 .PHONY: setup run test clean distclean
 
-setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP) $(BROWSER_STAMP) $(CDS_STAMP)
+setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP) $(BROWSER_STAMP) $(CDS_STAMP) $(POSTGRES_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
@@ -85,6 +87,14 @@ $(BROWSER_STAMP):
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 			--no-install-recommends $(BROWSER_PACKAGES); fi
+	@mkdir -p $(DUET_HOME) && touch $@
+
+# Debian's PostgreSQL server (initdb, pg_ctl in /usr/lib/postgresql/<major>/bin): the tests
+# start a throwaway cluster of it on loopback for Dagster's storage (pipelines/dagster/postgres_server.py).
+$(POSTGRES_STAMP):
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; else \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+			--no-install-recommends postgresql; fi
 	@mkdir -p $(DUET_HOME) && touch $@
 
 run: setup
