@@ -161,3 +161,20 @@ def test_duet_objectstore_prints_settings_that_work(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+
+
+def test_cli_lake_on_a_dead_endpoint_exits_2_in_one_line(tmp_path: Path) -> None:
+    """``duet query --lake s3://...`` with an endpoint nobody serves: exit 2, one line naming
+    the lake and the cause, no secret, and no local folder ``s3:`` made of the URI."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "duetkey",
+           "AWS_SECRET_ACCESS_KEY": "very-secret-value", "AWS_REGION": "us-east-1"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "query", "--lake", "s3://duet/lake", "shop"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "lake s3://duet/lake: cannot connect to the endpoint" in lines[0], done.stderr
+    assert "very-secret-value" not in done.stderr + done.stdout
+    assert time.monotonic() - started < 30  # interpreter start included; the check itself < 10 s
+    assert not list(tmp_path.iterdir())
