@@ -32,12 +32,12 @@ def _refuse_object_store(text: str) -> None:
     local folder named ``s3:``."""
     import re
 
-    from pipelines.lake.uri import check_s3_lake
-    from pipelines.preflight import UserError
-
     match = re.match(r"^(s3a?):/+(.*)$", text, re.IGNORECASE)
     if not match:
         return
+    from pipelines.lake.uri import check_s3_lake
+    from pipelines.preflight import UserError
+
     uri = f"{match[1].lower()}://{match[2]}"
     lake = check_s3_lake(uri)
     raise UserError(f"lake {lake.uri}: reachable and writable, but duet's commands do not run on an "
