@@ -89,6 +89,8 @@ def _cause(exc: BaseException) -> str:
     for needle, cause in (("NoSuchBucket", "the bucket does not exist"),
                           ("InvalidAccessKeyId", "the credentials were refused (unknown access key)"),
                           ("SignatureDoesNotMatch", "the credentials were refused (wrong secret key)"),
+                          ("ACCESS_DENIED during HeadBucket", "the credentials were refused (or may not read the bucket)"),
+                          ("ACCESS_DENIED", "access denied (no write permission?)"),
                           ("AccessDenied", "access denied (no write permission?)"),
                           ("Couldn't connect", "cannot connect to the endpoint"),
                           ("Connection refused", "cannot connect to the endpoint"),
