@@ -3,6 +3,7 @@
 #                              + class-data-sharing archives of the broker's and Spark's JVMs
 #                              + headless Chromium and its driver (Debian packages, browser tests)
 #                              + Debian's PostgreSQL server (Dagster's storage in the tests)
+#                              + SeaweedFS (weed, built from its pinned Go module: the object store)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
 #   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist processes, one test
 #                              file per worker at a time)
@@ -39,6 +40,15 @@ DELTA_STAMP := $(JARS)/delta/.copied
 BROWSER_STAMP := $(DUET_HOME)/.browser
 POSTGRES_STAMP := $(DUET_HOME)/.postgres
 CDS_STAMP := $(DUET_HOME)/cds/.built
+# SeaweedFS's weed (the local S3-compatible object store of `duet objectstore` and the
+# tests; docs/object-storage.md), built from its pinned Go module. Its go.mod has replace
+# directives, so `go install module@version` refuses it: the rule downloads the module and
+# builds ./weed inside it. GOTOOLCHAIN=auto fetches a newer Go when the module asks for one.
+WEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+WEED := $(DUET_HOME)/bin/weed
+WEED_STAMP := $(DUET_HOME)/bin/.weed-$(WEED_VERSION)
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+GO_ENV := GOTOOLCHAIN=$${GOTOOLCHAIN:-auto} GOFLAGS=-mod=mod GOPATH=$(DUET_HOME)/go GOMODCACHE=$(DUET_HOME)/go/pkg/mod GOCACHE=$(DUET_HOME)/go/cache
 # Debian's chromium + chromium-driver (same version), for the browser tests.
 BROWSER_PACKAGES := chromium chromium-driver fonts-dejavu-core
 SUDO := $(shell test "$$(id -u)" = 0 || echo sudo)
@@ -47,7 +57,7 @@ export DUET_HOME
 
 .PHONY: setup run test clean distclean
 
-setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP) $(BROWSER_STAMP) $(CDS_STAMP) $(POSTGRES_STAMP)
+setup: $(VENV_STAMP) $(KAFKA_STAMP) $(DELTA_STAMP) $(BROWSER_STAMP) $(CDS_STAMP) $(POSTGRES_STAMP) $(WEED_STAMP)
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
@@ -96,6 +106,15 @@ $(POSTGRES_STAMP):
 		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 			--no-install-recommends postgresql; fi
 	@mkdir -p $(DUET_HOME) && touch $@
+
+# ~10 min of 2 cores the first time (a large Go program); the module cache stays in
+# $(DUET_HOME)/go for a rebuild.
+$(WEED_STAMP):
+	@mkdir -p $(DUET_HOME)/bin
+	dir=$$($(GO_ENV) $(GO) mod download -json github.com/seaweedfs/seaweedfs@$(WEED_VERSION) \
+		| sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && test -n "$$dir" \
+		&& cd "$$dir" && $(GO_ENV) $(GO) build -o $(WEED).tmp ./weed
+	@mv $(WEED).tmp $(WEED) && rm -f $(DUET_HOME)/bin/.weed-* && touch $@
 
 run: setup
 	$(VENV)/bin/duet run $(ARGS)

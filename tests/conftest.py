@@ -59,6 +59,16 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def object_store() -> Iterator[object]:
+    """ONE local S3-compatible object store (SeaweedFS, ``pipelines.lake.objectstore``) for
+    the whole session, started on first use (~5 s) with bucket ``duet``; stopped at its end."""
+    from pipelines.lake.objectstore import object_store as start
+
+    with start() as store:
+        yield store
+
+
+@pytest.fixture(scope="session")
 def equivalence_kit() -> object:
     """``tests/test_equivalence/equivalence_kit.py`` (the speed-vs-batch helpers) as ONE module
     object, ``equivalence_kit``, the name that folder's tests import it by: other folders
