@@ -47,6 +47,12 @@ class SoakResult:
     rss_speed_mib: list[float] = field(default_factory=list)
     rss_serving_mib: list[float] = field(default_factory=list)
     freshness_s: list[float] = field(default_factory=list)
+    #: rows serving's live tables hold (every view; ``GET /health``), sampled with the RSS: the
+    #: speed layer's rows after the batch watermark, what serving's memory grows with
+    live_rows: list[int] = field(default_factory=list)
+    #: the live rows once the last batch version (the feed's end) is served and its prune
+    #: delay has passed: only the windows still open at that watermark
+    live_rows_final: int | None = None
     recomputes: int = 0
     batch_watermark_ms: int | None = None
     agreement: dict[str, float] = field(default_factory=dict)
@@ -82,6 +88,8 @@ class SoakResult:
                               "last": self.rss_speed_mib[-1:], "growth": self.growth(self.rss_speed_mib)},
             "rss_serving_mib": {"first": self.rss_serving_mib[:1], "max": max(self.rss_serving_mib, default=None),
                                 "last": self.rss_serving_mib[-1:], "growth": self.growth(self.rss_serving_mib)},
+            "live_rows": {"first": self.live_rows[:1], "max": max(self.live_rows, default=None),
+                          "last": self.live_rows[-1:], "final": self.live_rows_final},
             "freshness_s": {"p50": self.freshness(0.5), "p99": self.freshness(0.99),
                             "max": max(self.freshness_s, default=None), "samples": len(self.freshness_s)},
             "recomputes": self.recomputes, "batch_watermark_ms": self.batch_watermark_ms,
@@ -191,12 +199,13 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
                     result.freshness_s.append(max(0, fed - seen) / rate)
                 if health.get("batch_watermark_ms") is not None:
                     watermarks.add(health["batch_watermark_ms"])
+                result.live_rows.append(sum(v.get("rows") or 0 for v in health["speed"].values()))
             for pid, into in ((proc.pid, result.rss_speed_mib), (serving_pid, result.rss_serving_mib)):
                 rss = _rss_mib(pid) if pid else None
                 if rss is not None:
                     into.append(round(rss, 1))
             say(f"{elapsed:.0f} s: rss speed {result.rss_speed_mib[-1:]} serving {result.rss_serving_mib[-1:]}, "
-                f"freshness {result.freshness_s[-1:]} s, watermarks {len(watermarks)}")
+                f"freshness {result.freshness_s[-1:]} s, live rows {result.live_rows[-1:]}, watermarks {len(watermarks)}")
             time.sleep(5)
         last = max(stamps)
         deadline = time.monotonic() + 600  # the feed's end archived and recomputed
@@ -220,6 +229,17 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
         result.agreement = {v: r.ratio for v, r in reports.items()}
         result.compared = {v: r.compared for v, r in reports.items()}
         result.excluded = excluded
+        from serving.views.live import PRUNE_DELAY_S
+
+        prune_by = time.monotonic() + PRUNE_DELAY_S + 30  # the rows the last watermark closes leave
+        while True:
+            health = _get(f"{base}/health") or {}
+            rows = sum(v.get("rows") or 0 for v in (health.get("speed") or {}).values())
+            if health and (rows < 0.25 * max(result.live_rows, default=0) or time.monotonic() >= prune_by):
+                result.live_rows_final = rows
+                break
+            assert proc.poll() is None, text()
+            time.sleep(2)
         proc.send_signal(signal.SIGINT)
         asked = time.monotonic()
         proc.wait(120)

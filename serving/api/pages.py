@@ -32,7 +32,6 @@ import contextlib
 import functools
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -139,27 +138,34 @@ def _step_name(ms: int) -> str:
 
 
 class _ValuesCache:
-    """``field_values`` of a snapshot's whole frame per field (parsing every row's JSON takes
-    ~0.6 s per 700,000 rows): the last ``size`` (snapshot, field) pairs."""
+    """``field_values`` of a snapshot's frame per field (parsing every row's JSON takes
+    ~0.6 s per 700,000 rows), for the last frame charted of each view (``key=False``: its
+    whole snapshot; ``key=True``: a key's merged rows): at most two frames per view, so a view
+    republished many times does not keep its old versions' frames alive (it kept the last 16
+    (frame, field) pairs, any versions)."""
 
-    def __init__(self, size: int = 16) -> None:
-        self._size = size
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[int, str], tuple[pd.DataFrame, np.ndarray]] = OrderedDict()
+        self._entries: dict[tuple[str, bool], tuple[pd.DataFrame, dict[str, np.ndarray]]] = {}
 
-    def get(self, snap: ViewSnapshot, field: str) -> np.ndarray:
-        key = (id(snap.frame), field)
+    def get(self, snap: ViewSnapshot, field: str, key: bool = False) -> np.ndarray:
+        slot = (snap.spec.name, key)
         with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] is snap.frame:  # the frame is held: its id is not reused
-                self._entries.move_to_end(key)
-                return hit[1]
+            hit = self._entries.get(slot)
+            if hit is not None and hit[0] is snap.frame and field in hit[1]:
+                return hit[1][field]
         values = field_values(snap.frame, field)
         with self._lock:
-            self._entries[key] = (snap.frame, values)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+            hit = self._entries.get(slot)
+            if hit is None or hit[0] is not snap.frame:
+                hit = self._entries[slot] = (snap.frame, {})
+            hit[1][field] = values
         return values
+
+    def slots(self) -> int:
+        """The frames held."""
+        with self._lock:
+            return len(self._entries)
 
 
 def _speed_span(frame: pd.DataFrame, from_ms: int | None, to_ms: int | None) -> tuple[int, int] | None:
@@ -268,9 +274,10 @@ def pages_router(index: ViewIndex, lake: Path, about: About | None = None,
             if kind == "session" and field in (None, SESSIONS):
                 chart = _session_chart(view, frame, key, from_ms, to_ms, wm_ms)
             elif kind == "table":
-                chart = _table_chart(view, frame, field, snap, values_cache, key)
+                chart = _table_chart(view, frame, field, snap, values_cache, key, snap is not whole)
             else:
-                chart = _window_chart(view, frame, key, field, agg, from_ms, to_ms, snap, values_cache, wm_ms)
+                chart = _window_chart(view, frame, key, field, agg, from_ms, to_ms, snap, values_cache, wm_ms,
+                                      snap is not whole)
         except UnknownFieldError as exc:
             return _error_page(request, 400, str(exc))
         fields = numeric_fields(frame) or (["rows"] if kind != "table" else [])
@@ -303,12 +310,12 @@ def pages_router(index: ViewIndex, lake: Path, about: About | None = None,
 
 def _window_chart(view: str, frame: pd.DataFrame, key: str | None, field: str | None, agg: str | None,
                   from_ms: int | None, to_ms: int | None, snap: ViewSnapshot, cache: _ValuesCache,
-                  watermark_ms: int | None) -> dict[str, Any]:
+                  watermark_ms: int | None, key_frame: bool = False) -> dict[str, Any]:
     """Context of a tumbling / hopping view (or a session view's value field): the main chart
     (bucketed beyond MAX_POINTS) and, when bucketed, the fresh edge at full resolution."""
     spec = snap.spec
     field = resolve_field(view, frame, field)
-    values = cache.get(snap, field)
+    values = cache.get(snap, field, key_frame)
     if key is not None:
         start, end = snap.ranges[key]
         values = values[start:end]
@@ -344,7 +351,7 @@ def _window_chart(view: str, frame: pd.DataFrame, key: str | None, field: str | 
 
 
 def _session_chart(view: str, frame: pd.DataFrame, key: str | None, from_ms: int | None, to_ms: int | None,
-                   watermark_ms: int | None) -> dict[str, Any]:
+                   watermark_ms: int | None, key_frame: bool = False) -> dict[str, Any]:
     """Context of a session view's default chart: sessions and mean duration per bucket."""
     series = session_series(view, frame, from_ms=from_ms, to_ms=to_ms, max_points=MAX_POINTS)
     span = _speed_span(frame, from_ms, to_ms)
@@ -358,7 +365,7 @@ def _session_chart(view: str, frame: pd.DataFrame, key: str | None, from_ms: int
 
 
 def _table_chart(view: str, frame: pd.DataFrame, field: str | None, snap: ViewSnapshot, cache: _ValuesCache,
-                 key: str | None) -> dict[str, Any]:
+                 key: str | None, key_frame: bool = False) -> dict[str, Any]:
     """Context of a table view: the top keys by ``field`` (bars), or the latest rows."""
     fields = numeric_fields(frame)
     values = None
@@ -366,7 +373,7 @@ def _table_chart(view: str, frame: pd.DataFrame, field: str | None, snap: ViewSn
         raise UnknownFieldError(view, field, fields)
     chosen = field or ("count" if "count" in fields else (fields[0] if fields else None))
     if chosen is not None:
-        values = cache.get(snap, chosen)
+        values = cache.get(snap, chosen, key_frame)
         if key is not None:
             start, end = snap.ranges[key]
             values = values[start:end]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from sortedcontainers import SortedDict
 
@@ -160,6 +160,33 @@ WRITE_BUFFER_SIZE = 16 * 1024 * 1024
 MAX_WRITE_BUFFERS = 3
 #: bits per key of the Bloom filters (Kafka's ``new BloomFilter()``: 10)
 BLOOM_BITS_PER_KEY = 10
+#: bytes of the one block cache every database of the process shares (data, index and filter
+#: blocks, and the memtables charged to it): Kafka Streams' ``BoundedMemoryRocksDBConfig``
+SHARED_CACHE_BYTES = 128 * 1024 * 1024
+#: bytes of memtables all databases of the process hold together (charged to the cache)
+SHARED_MEMTABLE_BYTES = 64 * 1024 * 1024
+
+_shared: tuple[Any, Any] | None = None
+
+
+def shared_memory() -> tuple[Any, Any]:
+    """The process's ``(rocksdict.Cache, rocksdict.WriteBufferManager)`` every
+    :func:`open_rdict` database uses (created at the first call), so RocksDB's memory is
+    bounded by :data:`SHARED_CACHE_BYTES` however many stores, partitions and segments the
+    process opens, as Kafka Streams' ``BoundedMemoryRocksDBConfig`` (one ``LRUCache`` and a
+    ``WriteBufferManager`` costed to it, index and filter blocks in the cache). Without it
+    each database had its own 8 MiB block cache, index and filter blocks outside any cache
+    (growing with the files the history wrote) and up to 3 x 16 MiB memtables. The write
+    buffer manager stalls a writer while the memtables are over budget until a flush ends
+    (``allow_stall``; without it writes outran the flushes: 116 MiB of memtables against a
+    64 MiB budget in the test)."""
+    global _shared
+    if _shared is None:
+        from rocksdict import Cache, WriteBufferManager
+
+        cache = Cache(SHARED_CACHE_BYTES)
+        _shared = (cache, WriteBufferManager.new_write_buffer_manager_with_cache(SHARED_MEMTABLE_BYTES, True, cache))
+    return _shared
 
 
 def open_rdict(path: Path) -> "Rdict":
@@ -171,17 +198,22 @@ def open_rdict(path: Path) -> "Rdict":
     hold it instead of reading an index block of each: without them its cost grows with the
     files the history wrote), 16 MiB memtables, 3 at most. Kafka also filters only the upper
     levels (``optimizeFiltersForHits``), which duet does not: most gets of a window store
-    miss."""
+    miss. Block cache and memtables are the process's shared ones (:func:`shared_memory`)."""
     from rocksdict import BlockBasedOptions, Options, Rdict, WriteOptions
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    cache, write_buffers = shared_memory()
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     table = BlockBasedOptions()
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_size(WRITE_BUFFER_SIZE)
     opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
+    opts.set_write_buffer_manager(write_buffers)
     db = Rdict(str(path), opts)
     wo = WriteOptions()
     wo.disable_wal = True
