@@ -72,6 +72,11 @@ class _Entry:
     prior: Any = None
     topic: str = ""
 
+    def stored(self) -> dict[str, Any]:
+        """The entry as persisted in the buffer's store (restored by ``_Entry(**stored)``)."""
+        return {"time": self.time, "sort_key": self.sort_key, "key": self.key, "new": self.new, "old": self.old,
+                "timestamp": self.timestamp, "headers": self.headers, "prior": self.prior, "topic": self.topic}
+
     def size(self) -> int:
         """Kafka's ``computeRecordSize`` estimate: buffer time (8) + serialized key + the
         prior, old (when not the prior) and new values + the record context (timestamp 8,
@@ -102,12 +107,15 @@ class SuppressProcessor(OpProcessor):
         self.shut_down_when_full = s.buffer.shut_down_when_full
         self.observed_stream_time = -1
         self.entries: dict[bytes, _Entry] = {}
+        #: each buffered key's size estimate (:meth:`_Entry.size`, which pickles the values),
+        #: kept only under a ``max_bytes`` bound: computed once per update, never on eviction
+        self.sizes: dict[bytes, int] | None = None if self.max_bytes is None else {}
         self.queue: list[tuple[int, bytes]] = []
         self.size_bytes = 0
         for _, e in self.store.all():  # restore the buffer from its store (changelog)
             entry = _Entry(**e)
             self.entries[entry.sort_key] = entry
-            self.size_bytes += entry.size()
+            self._account(entry)
             heapq.heappush(self.queue, (entry.time, entry.sort_key))
 
     # ------------------------------------------------------------------ buffer
@@ -119,7 +127,20 @@ class SuppressProcessor(OpProcessor):
         return record.timestamp
 
     def _persist(self, entry: _Entry | None, sort_key: bytes) -> None:
-        self.store.put(sort_key, None if entry is None else dict(entry.__dict__))
+        self.store.put(sort_key, None if entry is None else entry.stored())
+
+    def _account(self, entry: _Entry) -> None:
+        """Add ``entry``'s size to ``size_bytes`` in place of its key's previous one (only
+        under a ``max_bytes`` bound: unbounded and ``max_records`` buffers never size)."""
+        sizes = self.sizes
+        if sizes is not None:
+            n = entry.size()
+            self.size_bytes += n - sizes.get(entry.sort_key, 0)
+            sizes[entry.sort_key] = n
+
+    def _unaccount(self, sort_key: bytes) -> None:
+        if self.sizes is not None:
+            self.size_bytes -= self.sizes.pop(sort_key)
 
     def _put(self, record: Record[Any, Any]) -> None:
         change: Change[Any] = record.value
@@ -133,10 +154,9 @@ class SuppressProcessor(OpProcessor):
             self.entries[sk] = entry
             heapq.heappush(self.queue, (entry.time, sk))
         else:
-            self.size_bytes -= prev.size()
             entry = _Entry(prev.time, sk, record.key, change.new, change.old, record.timestamp, list(record.headers), prev.prior, topic)
             self.entries[sk] = entry
-        self.size_bytes += entry.size()
+        self._account(entry)
         self._persist(entry, sk)
 
     def _min_time(self) -> int | None:
@@ -145,7 +165,7 @@ class SuppressProcessor(OpProcessor):
     def _evict_one(self) -> None:
         _, sk = heapq.heappop(self.queue)
         entry = self.entries.pop(sk)
-        self.size_bytes -= entry.size()
+        self._unaccount(sk)
         self._persist(None, sk)
         if entry.new is not None or not self.final:
             self.forward(Record(entry.key, Change(entry.new, entry.old), entry.timestamp, entry.headers))

