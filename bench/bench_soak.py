@@ -145,7 +145,7 @@ def _get(url: str) -> Any:
 
 def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> SoakResult:
     """Run ``duet up`` on the flights fed at ``rate`` events/s for ``seconds`` (the feed is
-    cut to ``rate * seconds`` events), sample it, wait for a recompute to archive all of it,
+    cut to ``rate * seconds`` events; beyond a year, copies of the year: ``--years``), sample it, wait for a recompute to archive all of it,
     compare speed and batch, stop it with SIGINT. ``workdir``: its lake and DAGSTER_HOME.
 
     Raises:
@@ -156,7 +156,12 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
     from pipelines.speed.service import LateRecord
 
     events = int(rate * seconds)
-    stamps = [rec.timestamp for _topic, rec in pipeline.sample_data(events).events]
+    # a feed longer than the sample (a year of flights: 336,776) replays copies of it, each a
+    # year later (duet up --years), each cut to the same share of the events
+    years = -(-events // pipeline.sample_data().event_count())
+    per_year = -(-events // years)
+    events = per_year * years
+    stamps = [rec.timestamp for _topic, rec in pipeline.sample_data(per_year, years).events]
     running_max: list[int] = []
     for ts in stamps:
         running_max.append(max(ts, running_max[-1]) if running_max else ts)
@@ -165,7 +170,7 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
            "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": ""}
     out = open(workdir / "duet-up.out", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(workdir / "lake"),
-                             "--rate", str(rate), "--limit", str(events), "--port", str(port),
+                             "--rate", str(rate), "--limit", str(per_year), "--years", str(years), "--port", str(port),
                              "--speed-port", str(speed_port), "--ui-port", str(ui_port)],
                             cwd=workdir, env=env, text=True, stdout=out, stderr=subprocess.STDOUT)
     base, speed = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{speed_port}"

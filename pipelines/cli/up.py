@@ -35,7 +35,7 @@ import typer
 
 from pipelines.cli.dagster_commands import start_dagster_dev, stop_process_group
 from pipelines.cli.support import (
-    BootstrapOpt, LakeOpt, LimitOpt, Phases, PipelineOpt, app, cluster, interrupts, lake_locks, make_console,
+    BootstrapOpt, LakeOpt, LimitOpt, Phases, PipelineOpt, ScaleOpt, app, cluster, interrupts, lake_locks, make_console,
     pipeline_and_lake, reporter, setup_logging, user_errors,
 )
 
@@ -58,6 +58,7 @@ def up(
         "broker yes, on a cluster (--bootstrap) no: its topics have their own producers.",
         show_default=False)] = None,
     limit: LimitOpt = None,
+    scale: ScaleOpt = 1,
     host: Annotated[str, typer.Option("--host", help="Interface serving, the speed service and Dagster bind.")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port of serving (/ui, /views).")] = 8000,
@@ -70,7 +71,8 @@ def up(
     serving with the live merge (every answer: the batch view up to its watermark, the speed
     layer's current results after it), the Dagster webserver and daemon with the recompute
     schedule and the new-data sensor on, and the sample fed at --rate events/s (on the
-    embedded broker; on a cluster only with --feed). A lake without published views starts
+    embedded broker; on a cluster only with --feed; --years N: N copies of it, one after the
+    other, for a feed that lasts). A lake without published views starts
     with an empty catalogue: answers come from the speed layer until the first recompute.
     Ctrl-C stops all of it in one line (docs/live-serving.md)."""
     setup_logging(verbose)
@@ -85,14 +87,14 @@ def up(
     with interrupts("up", lambda: _up_kept(phases)), user_errors("up", verbose), \
             cluster(bootstrap, console, phases) as (servers, embedded), contextlib.ExitStack() as children:
         fed = embedded if feed is None else feed
-        line = _run_live(pipeline, pipeline_ref, folder, servers, embedded, fed, rate, limit, host, port, speed_port,
+        line = _run_live(pipeline, pipeline_ref, folder, servers, embedded, fed, rate, limit, scale, host, port, speed_port,
                          ui_port, console, phases, children)
         children.close()  # serving and Dagster stop before the broker
         console.print(f"duet up: {line}; serving and Dagster stopped; {phases.topics_kept()}", soft_wrap=True)
 
 
 def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedded: bool, fed: bool, rate: float,
-              limit: int | None, host: str, port: int, speed_port: int, ui_port: int, console: Any,
+              limit: int | None, scale: int, host: str, port: int, speed_port: int, ui_port: int, console: Any,
               phases: Phases, children: contextlib.ExitStack) -> str:
     """Start serving and Dagster (stopped by ``children``'s close), then run the speed service
     (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did. On
@@ -125,7 +127,7 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedd
     feed = None
     if fed and pipeline.sample is not None:
         phases.enter("load")
-        sample = pipeline.sample_data(limit)
+        sample = pipeline.sample_data(limit, scale)
         with reporter(console) as rep:
             produce_tables(pipeline, servers, sample, load_progress(rep))
         feed = sample_feed(servers, sample, NullReporter(), rate=rate)
