@@ -82,6 +82,8 @@ def up(
     phases = Phases("up", console, first="start")
     with interrupts("up", lambda: _up_kept(phases)), user_errors("up", verbose):
         pipeline, folder = pipeline_and_lake(pipeline_ref, lake)
+        if scale > 1:
+            pipeline.require_sample_copy()
         for p in {port, ui_port} | ({speed_port} - {0}):
             check_port_free(host, p)
     with interrupts("up", lambda: _up_kept(phases)), user_errors("up", verbose), \
@@ -102,6 +104,7 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedd
     temporary folder; on a cluster it is the pipeline's service (``service_app_id``: it
     resumes from its committed offsets and local state)."""
     from pipelines.dagster.schedules import AUTOMATION_ENV
+    from pipelines.lake.loaded import record_loaded
     from pipelines.produce.load import produce_tables
     from pipelines.produce.replay import sample_feed
     from pipelines.produce.topics import ensure_pipeline_topics
@@ -111,6 +114,8 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedd
     phases.enter("topics")
     ensure_pipeline_topics(pipeline, servers)
     _ensure_catalogue(pipeline, folder)
+    if fed and scale > 1:  # before Dagster loads: its partitions (and the new-data sensor) cover every copy fed
+        record_loaded(folder, scale)
     root = folder.parent
     phases.enter("serving")
     chosen, search = _chosen_ref(ref)

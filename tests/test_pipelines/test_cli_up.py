@@ -109,7 +109,8 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400", "DAGSTER_HOME": str(tmp_path / "dagster"),
            "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(tmp_path / "lake"),
-                             "--rate", "5", "--port", str(port), "--speed-port", "0", "--ui-port", str(ui_port)],
+                             "--rate", "5", "--years", "2", "--port", str(port), "--speed-port", "0",
+                             "--ui-port", str(ui_port)],
                             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = _Output(proc)
     base = f"http://127.0.0.1:{port}"
@@ -135,6 +136,11 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
                 pass
             assert time.monotonic() < deadline, out.text()[-4000:]
             time.sleep(0.5)
+
+        # --years 2 is recorded before Dagster loads: its partitions (and the new-data sensor) cover both years
+        from pipelines.lake.loaded import loaded_copies
+
+        assert loaded_copies(pipeline.lake(tmp_path / "lake")) == 2
 
         topic, key, value = _new_flight(pipeline)
         origin = str(value["origin"])
