@@ -149,11 +149,11 @@ class BacklogEnds:
         """The offset after the last record ``tp`` will ever hold; None while unknown."""
         return self.final.get(tp)
 
-    def finished(self, tps: Iterable[TP], position: Callable[[TP], int | None], committed: dict[TP, int]) -> bool:
+    def finished(self, tps: Iterable[TP], position: Callable[[TP, int], int | None], committed: dict[TP, int]) -> bool:
         """Whether every one of ``tps`` (a task's partitions) has a known end, was consumed
-        to it (``position``: the next offset to process, None if unknown) and one of them is
-        not committed there yet: the task's thread should commit now (a writer is done
-        once its offsets are committed at the ends)."""
+        to it (``position(tp, end)``: the next offset to process, None if unknown) and one
+        of them is not committed there yet: the task's thread should commit now (a writer
+        is done once its offsets are committed at the ends)."""
         uncommitted = False
         for tp in tps:
             end = self.final.get(tp)
@@ -161,7 +161,7 @@ class BacklogEnds:
                 return False
             if end == 0 or committed.get(tp, -1) >= end:
                 continue
-            pos = position(tp)
+            pos = position(tp, end)
             if pos is None or pos < end:
                 return False
             uncommitted = True

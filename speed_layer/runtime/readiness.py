@@ -431,10 +431,18 @@ class Readiness:
             return WRITERS
         if end == 0:
             return CONSUMED
-        position = self.fetched_next.get(tp)
-        if position is None:
-            position = self._position(tp)
+        position = self.position(tp, end)
         return CONSUMED if position is not None and position >= end else FETCH
+
+    def position(self, tp: TP, end: int) -> int | None:
+        """The next offset of ``tp`` to fetch: the last fetched record's + 1, or, when that
+        is below ``end`` or nothing was fetched, the consumer's position (past transaction
+        markers, which no record stands for); None if unknown."""
+        fetched = self.fetched_next.get(tp)
+        if fetched is not None and fetched >= end:
+            return fetched
+        consumer = self._position(tp)
+        return fetched if consumer is None else consumer if fetched is None else max(fetched, consumer)
 
     def _idle_deadline_passed(self, tp: TP, now: float) -> bool:
         """Whether the ``max.task.idle.ms`` deadline of ``tp``, a caught-up empty partition,

@@ -137,11 +137,12 @@ class TaskCommitter:
         if now - self._backlog_checked < BACKLOG_CHECK_S:
             return False
         self._backlog_checked = now
-        backlog, fetched, inputs = self.readiness.backlog, self.readiness.fetched_next, self.inputs
+        readiness, inputs = self.readiness, self.inputs
+        backlog = readiness.backlog
         assert backlog is not None
         for task in self.tasks.values():
-            def position(tp: TP) -> int | None:
-                return None if task.buffered_in(*tp) or inputs.holds(tp) else fetched.get(tp)  # noqa: B023 - called at once
+            def position(tp: TP, end: int) -> int | None:
+                return None if task.buffered_in(*tp) or inputs.holds(tp) else readiness.position(tp, end)  # noqa: B023 - called at once
             if backlog.finished(self.task_tps[task.task_id], position, self.committed):
                 return True
         return False

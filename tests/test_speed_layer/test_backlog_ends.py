@@ -92,9 +92,7 @@ def test_a_thread_commits_a_task_consumed_to_its_known_ends_once() -> None:
     ends, _ = flights()
     ends.poll()
     tps = [("flights", 2), ("planes", 2)]  # planes-2 never held a record (end 0)
-    position = {("flights", 2): 101}.get
-    assert not ends.finished(tps, position, {})  # one record still to process
-    position = {("flights", 2): 102}.get
-    assert ends.finished(tps, position, {})
-    assert not ends.finished(tps, position, {("flights", 2): 102})  # committed there already
-    assert not ends.finished([(BY_DEST, 2)], lambda tp: 10**6, {})  # its end is not known yet
+    assert not ends.finished(tps, lambda tp, end: 101, {})  # one record still to process
+    assert ends.finished(tps, lambda tp, end: 102, {})
+    assert not ends.finished(tps, lambda tp, end: 102, {("flights", 2): 102})  # committed there already
+    assert not ends.finished([(BY_DEST, 2)], lambda tp, end: 10**6, {})  # its end is not known yet

@@ -59,9 +59,11 @@ class Kit:
         self.enforced: list[str] = []
         #: the consumer's known lag per partition (None: no fetch answered); no dict: no consumer
         self.lags = lags
+        #: the consumer's positions (past transaction markers), for the backlog's known ends
+        self.positions: dict[TP, int] = {}
         self.r = Readiness(idle_ms, eos, self.task_tps, self.tp_task, self._pending, self._serve,
                            lambda tp: tp not in self.held, lag=None if lags is None else self.lags.get, backlog=backlog,
-                           position=lambda tp: 0)
+                           position=lambda tp: self.positions.get(tp))
         self.r.on_enforced = self.enforced.append
         for tp in self.tp_task:
             self.r.add_partition(tp, tp[0] == REP)
@@ -335,6 +337,13 @@ def test_with_known_ends_an_empty_repartition_partition_holds_its_task_until_its
     kit.r.fetched_next[(REP, 0)] = 9  # consumed to its end: empty for good
     assert kit.r.ready(task, LONG_AFTER)
     assert kit.enforced == []
+    ends.final[(SRC, 0)] = 3  # a user topic whose last offset is a transaction marker
+    task.queues[(SRC, 0)].clear()
+    task.queues[(REP, 0)].append(120)
+    kit.r.fetched_next[(SRC, 0)] = 2
+    assert not kit.r.ready(task, LONG_AFTER)
+    kit.positions[(SRC, 0)] = 3  # the consumer's position is past it
+    assert kit.r.ready(task, LONG_AFTER)
 
 
 def test_with_known_ends_an_empty_sibling_holds_the_task_until_its_end_is_known_and_reached() -> None:
