@@ -136,8 +136,9 @@ class Readiness:
             end whose topic it covers holds its task until its end is known and reached,
             not until a deadline (see the module docstring). Ignored with ``exactly_once``
             or ``max.task.idle.ms`` <= 0.
-        position: ``position(tp)``: the consumer's next offset of ``tp`` when nothing was
-            fetched from it yet (None: unknown).
+        position: ``position(tp)``: the consumer's next offset of ``tp`` (past transaction
+            markers; None: unknown), for the backlog's known ends and the lag when nothing
+            was fetched from ``tp`` yet.
 
     The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
     its way back, a sibling's older record) that ends in enforced processing after
@@ -272,6 +273,11 @@ class Readiness:
                 elif known == WRITERS:
                     idle_wait = True  # no deadline: its end is known once its writers are done
         if wait_s == 0 and idle_wait:
+            self.idling = True
+            return False
+        if wait_s == 0 and self._backlog is not None and self._sibling_idle(task, now):
+            # first: a sibling older record held back by the same empty partition would
+            # otherwise hold this task on UNKNOWN_LAG_WAIT_S's clock (the sibling rule)
             self.idling = True
             return False
         if wait_s == 0 and not self.exactly_once:

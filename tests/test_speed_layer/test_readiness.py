@@ -384,3 +384,26 @@ def test_known_ends_change_nothing_without_max_task_idle_ms_or_under_exactly_onc
     assert kit.r.backlog is None
     assert kit.r.ready(a, 10.0) is (idle_ms == 0)
     assert kit.r.ready(a, 10.0 + idle_ms / 1000)  # the deadline, as without them
+
+
+def test_with_known_ends_a_sibling_s_older_record_held_by_an_empty_partition_holds_the_task_on_no_clock() -> None:
+    # issue 42 (the watchdog's "task 1_0 waited 5.1 s ... an older record of a sibling
+    # repartition partition"): 1_1 buffers an older record and waits for 1_2's empty
+    # partition, which another instance feeds; 1_0 waited for 1_1 on UNKNOWN_LAG_WAIT_S
+    a = FakeTask("1_0", {(REP, 0): [100]})
+    b = FakeTask("1_1", {(REP, 1): [60]})
+    c = FakeTask("1_2", {(REP, 2): []})
+    ends = FakeEnds({REP})
+    kit = Kit([a, b, c], idle_ms=1000, lags={(REP, p): 0 for p in range(3)}, backlog=ends)
+    kit.at_end((REP, 0), (REP, 1), (REP, 2))
+    for now in (0.0, UNKNOWN_LAG_WAIT_S, LONG_AFTER):
+        assert not kit.r.ready(b, now) and kit.r.idling
+        assert not kit.r.ready(a, now) and kit.r.idling
+    assert kit.enforced == []
+    ends.final.update({(REP, 0): 1, (REP, 1): 1, (REP, 2): 0})
+    kit.r.fetched_next.update({(REP, 0): 1, (REP, 1): 1})
+    assert kit.r.ready(b, LONG_AFTER)
+    assert not kit.r.ready(a, LONG_AFTER)  # b's older record first (the sibling rule)
+    b.queues[(REP, 1)].popleft()
+    assert kit.r.ready(a, LONG_AFTER)
+    assert kit.enforced == []
