@@ -123,6 +123,15 @@ class StreamsConfig(BaseModel):
     #: A sub-topology only one instance runs has no failover: while that instance is down,
     #: no other takes its tasks (name it on two instances to have one)
     instance_subtopologies: tuple[int, ...] | None = Field(None, alias="instance.subtopologies")
+    #: duet's own key: the application's inputs are complete when it starts (a backlog, as
+    #: ``duet run`` loads), so each partition's end becomes known: a user topic's at the
+    #: start, a topic the application writes once its writers have committed their whole
+    #: input (:mod:`speed_layer.runtime.backlog_ends`). With ``max.task.idle.ms`` > 0 and
+    #: at-least-once, an empty partition at its end then holds its task until its end is
+    #: known instead of on the clock (:mod:`speed_layer.runtime.readiness`); ignored under
+    #: exactly_once_v2. Never set it on live input: a partition whose writer never finishes
+    #: holds its task for good
+    backlog_inputs_complete: bool = Field(False, alias="backlog.inputs.complete")
     client_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("default_timestamp_extractor", mode="before")

@@ -62,6 +62,13 @@ BACKLOG_LINGER_MS = 100
 #: apart in event time when it reads near the head of the other instance's output
 #: (docs/instances.md). Its batches come every ``BACKLOG_LINGER_MS`` at most.
 INSTANCES_TASK_IDLE_MS = 1000
+#: The same phase sets ``backlog.inputs.complete`` (:mod:`speed_layer.runtime.backlog_ends`):
+#: its inputs are complete when it starts, so a repartition partition another instance feeds
+#: holds its task until that instance has committed its whole input, not for
+#: ``INSTANCES_TASK_IDLE_MS``, which load can outlast (issue 42); the deadline stays for the
+#: topics whose end cannot be known (a foreign-key join's subscription and response topics
+#: and what is downstream of them). One instance keeps its rules unchanged.
+BACKLOG_INPUTS_COMPLETE = "backlog.inputs.complete"
 
 
 # --------------------------------------------------------------------------- reset
@@ -277,6 +284,8 @@ def run_speed(
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
         if instances > 1 and "max.task.idle.ms" not in pipeline.streams_config:
             extra["max.task.idle.ms"] = INSTANCES_TASK_IDLE_MS
+        if instances > 1:
+            extra[BACKLOG_INPUTS_COMPLETE] = True
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog", instances=instances)
     counts = input_record_count(bootstrap, pipeline.input_topics)
     streamed = [s.topic for s in pipeline.sources if s.kind == "stream"]

@@ -43,6 +43,18 @@ The rules, all times in ms unless named ``_s``:
   record may come from another process (an instance running the stage upstream) and be
   older than the task's head. duet's extension of KIP-695 to the tasks of one repartition
   topic, for instances that run different stages of one application on a backlog.
+* **Known ends of a backlog** (``backlog``, the streams config ``backlog.inputs.complete``,
+  :mod:`.backlog_ends`; at-least-once, ``max.task.idle.ms`` > 0). The two waits above for
+  an empty partition at its end (the task's own, a sibling's) use no deadline when the
+  backlog covers its topic: the partition holds the task (as ``max.task.idle.ms``: the
+  thread runs its other tasks meanwhile) until its end is known, that is until every
+  sub-topology writing it has committed its whole input, and then only until that end is
+  fetched; a partition consumed to its known end holds nothing. So no clock decides which
+  records another process' output makes late (issue 42: two instances on a loaded machine
+  dropped 21,167-47,731 window updates as late instead of one instance's 122). Topics the
+  backlog does not cover (written by a cycle of sub-topologies, such as a foreign-key
+  join's subscription and response topics, or downstream of one) keep the deadline: a wait
+  without one there could wait for itself.
 * **The thread.** No task processes while an assigned partition has nothing buffered or
   held and has not reached its end (its lag unknown or above 0 when known, else at most
   ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
@@ -66,6 +78,8 @@ TP = tuple[str, int]
 UNKNOWN_LAG_WAIT_S = 5.0
 #: the watchdog logs an enforced wait for data at most once per this many seconds per thread
 WATCHDOG_LOG_EVERY_S = 60.0
+#: what a backlog's known ends say of an empty partition (:meth:`Readiness._backlog_state`)
+UNCOVERED, CONSUMED, FETCH, WRITERS = range(4)
 #: the rules, as the watchdog names them
 RULE_UNKNOWN_LAG = "an empty partition whose end was not seen"
 RULE_ON_ITS_WAY = "a record on its way back to an empty repartition partition"
@@ -86,6 +100,14 @@ class BufferedTask(Protocol):
     def head_timestamp(self) -> int: ...
 
     def may_send_to_own_sources(self) -> bool: ...
+
+
+class KnownEnds(Protocol):
+    """What readiness reads of a backlog's known ends (:class:`.backlog_ends.BacklogEnds`)."""
+
+    def covers(self, topic: str) -> bool: ...
+
+    def final_end(self, tp: TP) -> int | None: ...
 
 
 class Readiness:
@@ -109,6 +131,14 @@ class Readiness:
             offset to fetch, >= 0), None while unknown (no fetch answered yet); when given,
             the waits for data on the broker have no deadline (see the module docstring).
             Only for at-least-once: ignored with ``exactly_once``.
+        backlog: the known ends of a backlog (``backlog.inputs.complete``,
+            :mod:`.backlog_ends`): with ``max.task.idle.ms`` > 0 an empty partition at its
+            end whose topic it covers holds its task until its end is known and reached,
+            not until a deadline (see the module docstring). Ignored with ``exactly_once``
+            or ``max.task.idle.ms`` <= 0.
+        position: ``position(tp)``: the consumer's next offset of ``tp`` (past transaction
+            markers; None: unknown), for the backlog's known ends and the lag when nothing
+            was fetched from ``tp`` yet.
 
     The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
     its way back, a sibling's older record) that ends in enforced processing after
@@ -122,9 +152,13 @@ class Readiness:
     def __init__(self, max_task_idle_ms: int, exactly_once: bool, task_tps: Mapping[str, list[TP]],
                  tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
                  serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread",
-                 lag: Callable[[TP], int | None] | None = None) -> None:
+                 lag: Callable[[TP], int | None] | None = None, backlog: KnownEnds | None = None,
+                 position: Callable[[TP], int | None] = lambda tp: None) -> None:
         self.max_task_idle_ms = max_task_idle_ms
         self._lag = None if exactly_once else lag
+        #: the known ends of a backlog, when they apply (the committer reads them too)
+        self.backlog = self._backlog = None if exactly_once or max_task_idle_ms <= 0 else backlog
+        self._position = position
         self.exactly_once = exactly_once
         self.task_tps = task_tps
         self.tp_task = tp_task
@@ -228,11 +262,22 @@ class Readiness:
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
             if idle > 0:
-                if self._idle_deadline_passed(tp, now):
-                    enforced_idle = True
-                else:
-                    idle_wait = True
+                known = self._backlog_state(tp)
+                if known == FETCH:
+                    return False  # its known end is beyond what was fetched: the records are on the broker
+                if known == UNCOVERED:
+                    if self._idle_deadline_passed(tp, now):
+                        enforced_idle = True
+                    else:
+                        idle_wait = True
+                elif known == WRITERS:
+                    idle_wait = True  # no deadline: its end is known once its writers are done
         if wait_s == 0 and idle_wait:
+            self.idling = True
+            return False
+        if wait_s == 0 and self._backlog is not None and self._sibling_idle(task, now):
+            # first: a sibling older record held back by the same empty partition would
+            # otherwise hold this task on UNKNOWN_LAG_WAIT_S's clock (the sibling rule)
             self.idling = True
             return False
         if wait_s == 0 and not self.exactly_once:
@@ -369,9 +414,41 @@ class Readiness:
         for tp in self._sibling_tps(task):
             if self.tp_task[tp].buffered_in(*tp) > 0:
                 deadlines.pop(tp, None)
-            elif self.eof.get(tp) and not self._idle_deadline_passed(tp, now):
-                waiting = True
+                continue
+            known = self._backlog_state(tp)
+            if known == UNCOVERED:
+                if self.eof.get(tp) and not self._idle_deadline_passed(tp, now):
+                    waiting = True
+            elif known != CONSUMED:
+                return True  # its end unknown, or known and not fetched yet: no deadline
         return waiting
+
+    def _backlog_state(self, tp: TP) -> int:
+        """What the backlog's known ends (``backlog``) say of ``tp``, an empty partition:
+        ``UNCOVERED`` (no backlog, or a topic whose end it cannot know: the clock rules),
+        ``CONSUMED`` (consumed to its known end: nothing more will come), ``FETCH`` (its
+        end is known and beyond the next offset to fetch), ``WRITERS`` (its end is not
+        known yet: its writers have not committed their whole input)."""
+        backlog = self._backlog
+        if backlog is None or not backlog.covers(tp[0]):
+            return UNCOVERED
+        end = backlog.final_end(tp)
+        if end is None:
+            return WRITERS
+        if end == 0:
+            return CONSUMED
+        position = self.position(tp, end)
+        return CONSUMED if position is not None and position >= end else FETCH
+
+    def position(self, tp: TP, end: int) -> int | None:
+        """The next offset of ``tp`` to fetch: the last fetched record's + 1, or, when that
+        is below ``end`` or nothing was fetched, the consumer's position (past transaction
+        markers, which no record stands for); None if unknown."""
+        fetched = self.fetched_next.get(tp)
+        if fetched is not None and fetched >= end:
+            return fetched
+        consumer = self._position(tp)
+        return fetched if consumer is None else consumer if fetched is None else max(fetched, consumer)
 
     def _idle_deadline_passed(self, tp: TP, now: float) -> bool:
         """Whether the ``max.task.idle.ms`` deadline of ``tp``, a caught-up empty partition,

@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from ..errors import StreamsException, TaskCorruptedException
 from .bounded_call import run_bounded
+from .backlog_ends import BacklogEnds
 from .committed_offsets import CommittedOffsets
 from .input_buffers import InputBuffers
 from .offset_commits import OffsetCommits
@@ -85,18 +86,22 @@ class StreamThread(threading.Thread):
         self.task_tps = self.task_manager.task_tps
         self.tp_task = self.task_manager.tp_task
         self.committed = self.task_manager.committed
+        #: prefix of the thread's client ids
+        self._client_id = f"{self.config.application_id}-{context.process_id}-StreamThread-{index}"
+        #: the known ends of a backlog (``backlog.inputs.complete``, at-least-once, ``max.task.idle.ms`` > 0)
+        self.backlog = (BacklogEnds.of(self.plan, self.topology, self._reader_config(), self.config.application_id)
+                        if self.config.backlog_inputs_complete and not self.eos and self.config.max_task_idle_ms > 0 else None)
         #: which tasks may process now (KIP-695, the repartition round-trip waits); it owns
         #: the end-of-partition flags, fetched positions and tracked partitions
         self.readiness = Readiness(
             self.config.max_task_idle_ms, self.eos, self.task_tps, self.tp_task,
             pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
             serve_reports=lambda: self.collector.poll() if self.collector else None,
-            waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name, lag=self._known_lag)
+            waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name, lag=self._known_lag,
+            backlog=self.backlog, position=self._position)
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
-        #: prefix of the thread's client ids
-        self._client_id = f"{self.config.application_id}-{context.process_id}-StreamThread-{index}"
         #: the thread's producer, its record collector and its transaction
         self.streams_producer = StreamsProducer(
             self.name, self.config, context.producer_config, f"{self._client_id}-producer",
@@ -174,10 +179,16 @@ class StreamThread(threading.Thread):
             return None
         position = self.readiness.fetched_next.get(tp)
         if position is None:
-            position = consumer.position([part])[0].offset
-            if position < 0:
+            position = self._position(tp)
+            if position is None:
                 return None
         return max(0, high - position)
+
+    def _position(self, tp: TP) -> int | None:
+        """The consumer's next offset to fetch of ``tp`` (no request); None if unknown."""
+        consumer = self.consumer
+        position = -1 if consumer is None else consumer.position([TopicPartition(*tp)])[0].offset
+        return position if position >= 0 else None
 
     # ------------------------------------------------------------------ TaskListener
     def task_added(self, task_id: str, tps: list[TP]) -> None:
@@ -239,6 +250,8 @@ class StreamThread(threading.Thread):
             topics = self.plan.lead_topics(self.config.instance_subtopologies)
             listener = self.rebalance_listener
             self.consumer.subscribe(topics, on_assign=listener.on_assign, on_revoke=listener.on_revoke, on_lost=listener.on_lost)
+            if self.backlog is not None:
+                self.backlog.start(self.name)
             while not self._stopping.is_set():
                 try:
                     self._run_once()
@@ -292,6 +305,8 @@ class StreamThread(threading.Thread):
                 self.restorer.close()
                 self.restorer = None
             self.offsets.close()
+            if self.backlog is not None:
+                self.backlog.close()
 
     def _close_consumer(self) -> None:
         """Close the consumer, waiting at most ``default.api.timeout.ms`` +

@@ -43,6 +43,8 @@ log = logging.getLogger("speed_layer.thread")
 __all__ = ["TaskCommitter"]
 
 TP = tuple[str, int]
+#: how often a backlog's finished tasks are looked for (:meth:`TaskCommitter._backlog_finished`), s
+BACKLOG_CHECK_S = 0.05
 
 
 class TaskCommitter:
@@ -100,6 +102,7 @@ class TaskCommitter:
         self._purged: dict[TP, int] = {}
         self._last_purge = time.monotonic()
         self._admin: Any = None
+        self._backlog_checked = 0.0
 
     def request_commit_when_caught_up(self) -> None:
         """Ask for one commit at the next loop that finds every owned partition consumed
@@ -122,6 +125,27 @@ class TaskCommitter:
             self.commit()
         elif self._commit_when_caught_up and not self.inputs.any_held() and self.readiness.caught_up():
             self.commit()
+        elif self.readiness.backlog is not None and self.commits.pending is None and self._backlog_finished():
+            self.commit()
+
+    def _backlog_finished(self) -> bool:
+        """Whether a task consumed its partitions to the known ends of a backlog
+        (:mod:`.backlog_ends`) and is not committed there yet: committed now, the tasks
+        downstream of its sub-topology learn that their input is complete without waiting
+        for ``commit.interval.ms``. Looked at every ``BACKLOG_CHECK_S`` at most."""
+        now = time.monotonic()
+        if now - self._backlog_checked < BACKLOG_CHECK_S:
+            return False
+        self._backlog_checked = now
+        readiness, inputs = self.readiness, self.inputs
+        backlog = readiness.backlog
+        assert backlog is not None
+        for task in self.tasks.values():
+            def position(tp: TP, end: int) -> int | None:
+                return None if task.buffered_in(*tp) or inputs.holds(tp) else readiness.position(tp, end)  # noqa: B023 - called at once
+            if backlog.finished(self.task_tps[task.task_id], position, self.committed):
+                return True
+        return False
 
     def commit(self, force: bool = False) -> None:
         """Commit every task (see the module docstring). ``force`` also commits when no

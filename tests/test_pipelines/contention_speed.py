@@ -2,7 +2,8 @@
 its views, late drops, expired join drops and enforced waits as JSON: the process the
 contention test (``test_contention.py``) starts, so that it can stop it with SIGSTOP.
 
-Usage: ``python contention_speed.py BOOTSTRAP MODULE:ATTR OUT.json``.
+Usage: ``python contention_speed.py BOOTSTRAP MODULE:ATTR OUT.json [INSTANCES]`` (default 1;
+with more, as the speed phase of ``duet run --instances N``).
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from pipelines.job.serving_steps import read_speed_views
 from pipelines.job.steps import ensure_pipeline_topics, reset_pipeline, run_speed
 
 
-def main(bootstrap: str, ref: str, out: str) -> None:
+def main(bootstrap: str, ref: str, out: str, instances: str = "1") -> None:
     module, attr = ref.split(":")
     pipeline = getattr(importlib.import_module(module), attr)
     reset_pipeline(pipeline, bootstrap, Path(tempfile.mkdtemp()), inputs=False)
     ensure_pipeline_topics(pipeline, bootstrap)
-    stats = run_speed(pipeline, bootstrap, timeout_s=900)
+    stats = run_speed(pipeline, bootstrap, timeout_s=900, instances=int(instances))
     views = {}
     for view, df in read_speed_views(pipeline, bootstrap).items():
         df = df.drop_duplicates(subset=["key", "window_start"], keep="last")
@@ -38,4 +39,4 @@ def main(bootstrap: str, ref: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -48,7 +48,7 @@ class Kit:
     partitions the thread holds records for."""
 
     def __init__(self, tasks: list[FakeTask], idle_ms: int = 0, eos: bool = False,
-                 lags: dict[TP, int | None] | None = None) -> None:
+                 lags: dict[TP, int | None] | None = None, backlog: "FakeEnds | None" = None) -> None:
         self.tasks = {t.task_id: t for t in tasks}
         self.task_tps = {t.task_id: sorted(t.queues) for t in tasks}
         self.tp_task = {tp: t for t in tasks for tp in t.queues}
@@ -59,8 +59,11 @@ class Kit:
         self.enforced: list[str] = []
         #: the consumer's known lag per partition (None: no fetch answered); no dict: no consumer
         self.lags = lags
+        #: the consumer's positions (past transaction markers), for the backlog's known ends
+        self.positions: dict[TP, int] = {}
         self.r = Readiness(idle_ms, eos, self.task_tps, self.tp_task, self._pending, self._serve,
-                           lambda tp: tp not in self.held, lag=None if lags is None else self.lags.get)
+                           lambda tp: tp not in self.held, lag=None if lags is None else self.lags.get, backlog=backlog,
+                           position=lambda tp: self.positions.get(tp))
         self.r.on_enforced = self.enforced.append
         for tp in self.tp_task:
             self.r.add_partition(tp, tp[0] == REP)
@@ -301,3 +304,106 @@ def test_exactly_once_ignores_the_lag_and_keeps_the_unknown_lag_deadline() -> No
     kit.at_end((SRC, 0))
     assert not kit.r.ready(task, 100.0)
     assert kit.r.ready(task, 100.0 + UNKNOWN_LAG_WAIT_S)
+
+
+# -- a backlog's known ends (backlog.inputs.complete): no clock decides a wait
+class FakeEnds:
+    """Known ends: ``final`` per partition once known, of the ``covered`` topics."""
+
+    def __init__(self, covered: set[str]) -> None:
+        self.covered = covered
+        self.final: dict[TP, int] = {}
+
+    def covers(self, topic: str) -> bool:
+        return topic in self.covered
+
+    def final_end(self, tp: TP) -> int | None:
+        return self.final.get(tp)
+
+
+def test_with_known_ends_an_empty_repartition_partition_holds_its_task_until_its_writers_are_done() -> None:
+    # issue 42: max.task.idle.ms on a partition another instance feeds ended on the clock
+    # under load, and the task ran past records that instance had not sent yet
+    task = FakeTask("3_0", {(REP, 0): [], (SRC, 0): [100]})
+    ends = FakeEnds({REP, SRC})
+    kit = Kit([task], idle_ms=1000, lags={(REP, 0): 0, (SRC, 0): 0}, backlog=ends)
+    kit.at_end((REP, 0), (SRC, 0))
+    kit.r.fetched_next[(REP, 0)] = 7
+    for now in (0.0, 1.0, LONG_AFTER):
+        assert not kit.r.ready(task, now) and kit.r.idling  # the thread runs its other tasks meanwhile
+    assert kit.enforced == []
+    ends.final[(REP, 0)] = 9  # the writers are done: two records not fetched yet
+    assert not kit.r.ready(task, LONG_AFTER) and not kit.r.idling  # the records are on the broker
+    kit.r.fetched_next[(REP, 0)] = 9  # consumed to its end: empty for good
+    assert kit.r.ready(task, LONG_AFTER)
+    assert kit.enforced == []
+    ends.final[(SRC, 0)] = 3  # a user topic whose last offset is a transaction marker
+    task.queues[(SRC, 0)].clear()
+    task.queues[(REP, 0)].append(120)
+    kit.r.fetched_next[(SRC, 0)] = 2
+    assert not kit.r.ready(task, LONG_AFTER)
+    kit.positions[(SRC, 0)] = 3  # the consumer's position is past it
+    assert kit.r.ready(task, LONG_AFTER)
+
+
+def test_with_known_ends_an_empty_sibling_holds_the_task_until_its_end_is_known_and_reached() -> None:
+    a = FakeTask("1_0", {(REP, 0): [100, 110]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    ends = FakeEnds({REP})
+    kit = Kit([a, b], idle_ms=500, lags={(REP, 0): 0, (REP, 1): 0}, backlog=ends)
+    kit.at_end((REP, 0), (REP, 1))
+    for now in (10.0, 10.5, LONG_AFTER):
+        assert not kit.r.ready(a, now) and kit.r.idling
+    ends.final[(REP, 0)], ends.final[(REP, 1)] = 2, 4
+    assert not kit.r.ready(a, LONG_AFTER)  # the sibling's records are on the broker
+    kit.r.fetched_next[(REP, 1)] = 4
+    assert kit.r.ready(a, LONG_AFTER)
+    ends.final[(REP, 1)] = 0  # a partition that never held a record
+    del kit.r.fetched_next[(REP, 1)]
+    assert kit.r.ready(a, LONG_AFTER)
+    assert kit.enforced == []
+
+
+def test_a_topic_the_known_ends_do_not_cover_keeps_the_max_task_idle_ms_deadline() -> None:
+    # a foreign-key join's response topic: its writers wait for this task's subscriptions
+    a = FakeTask("1_0", {(REP, 0): [100]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b], idle_ms=500, lags={(REP, 0): 0, (REP, 1): 0}, backlog=FakeEnds({SRC}))
+    kit.at_end((REP, 0), (REP, 1))
+    assert not kit.r.ready(a, 10.0)
+    assert kit.r.ready(a, 10.5)
+
+
+@pytest.mark.parametrize("idle_ms, eos", [(0, False), (500, True)])
+def test_known_ends_change_nothing_without_max_task_idle_ms_or_under_exactly_once(idle_ms: int, eos: bool) -> None:
+    # one instance (max.task.idle.ms 0) keeps its rules; exactly-once keeps its deadlines
+    a = FakeTask("1_0", {(REP, 0): [100]})
+    b = FakeTask("1_1", {(REP, 1): []})
+    kit = Kit([a, b], idle_ms=idle_ms, eos=eos, lags={(REP, 0): 0, (REP, 1): 0}, backlog=FakeEnds({REP}))
+    kit.at_end((REP, 0), (REP, 1))
+    assert kit.r.backlog is None
+    assert kit.r.ready(a, 10.0) is (idle_ms == 0)
+    assert kit.r.ready(a, 10.0 + idle_ms / 1000)  # the deadline, as without them
+
+
+def test_with_known_ends_a_sibling_s_older_record_held_by_an_empty_partition_holds_the_task_on_no_clock() -> None:
+    # issue 42 (the watchdog's "task 1_0 waited 5.1 s ... an older record of a sibling
+    # repartition partition"): 1_1 buffers an older record and waits for 1_2's empty
+    # partition, which another instance feeds; 1_0 waited for 1_1 on UNKNOWN_LAG_WAIT_S
+    a = FakeTask("1_0", {(REP, 0): [100]})
+    b = FakeTask("1_1", {(REP, 1): [60]})
+    c = FakeTask("1_2", {(REP, 2): []})
+    ends = FakeEnds({REP})
+    kit = Kit([a, b, c], idle_ms=1000, lags={(REP, p): 0 for p in range(3)}, backlog=ends)
+    kit.at_end((REP, 0), (REP, 1), (REP, 2))
+    for now in (0.0, UNKNOWN_LAG_WAIT_S, LONG_AFTER):
+        assert not kit.r.ready(b, now) and kit.r.idling
+        assert not kit.r.ready(a, now) and kit.r.idling
+    assert kit.enforced == []
+    ends.final.update({(REP, 0): 1, (REP, 1): 1, (REP, 2): 0})
+    kit.r.fetched_next.update({(REP, 0): 1, (REP, 1): 1})
+    assert kit.r.ready(b, LONG_AFTER)
+    assert not kit.r.ready(a, LONG_AFTER)  # b's older record first (the sibling rule)
+    b.queues[(REP, 1)].popleft()
+    assert kit.r.ready(a, LONG_AFTER)
+    assert kit.enforced == []

@@ -135,3 +135,38 @@ def test_internal_topic_names_as_kafkas_streams_resetter() -> None:
         assert matches_internal_topic_format(name), name
     for name in ("orders", f"{app}-orders", f"{app}-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-topic"):
         assert not matches_internal_topic_format(name), name
+
+
+def test_a_task_held_until_its_writers_are_done_lets_the_thread_run_them_and_nothing_past_its_input() -> None:
+    """With a backlog's known ends (``backlog.inputs.complete``) a task whose repartition
+    partition is empty holds without deadline: the thread runs its other tasks (here the
+    writer of that partition, whose heads are later), never the held task's sibling past a
+    record the empty partition may still get, and the held task once its end is known."""
+    from test_readiness import FakeEnds
+
+    log: list[tuple[str, int]] = []
+    up = ProcessingTask("0_0", {(SRC, 0): [300, 400]}, log)
+    d0 = ProcessingTask("1_0", {(REP, 0): [100, 200]}, log)
+    d1 = ProcessingTask("1_1", {(REP, 1): []}, log)
+    tasks = [d0, d1, up]
+    task_tps = {t.task_id: sorted(t.queues) for t in tasks}
+    tp_task = {tp: t for t in tasks for tp in t.queues}
+    ends = FakeEnds({SRC, REP})
+    ends.final[(SRC, 0)] = 2
+    r = readiness_module.Readiness(1000, False, task_tps, tp_task, lambda tp, nxt: None, lambda: None,
+                                   lambda tp: True, lag=lambda tp: 0, backlog=ends, position=lambda tp: None)
+    enforced: list[str] = []
+    r.on_enforced = enforced.append
+    for tp in tp_task:
+        r.add_partition(tp, tp[0] == REP)
+        r.eof[tp] = True
+    now = [0.0]
+    ex = TaskExecutor({t.task_id: t for t in tasks}, task_tps, r, lambda: None, clock=lambda: now[0])  # type: ignore[arg-type]
+    for now[0] in (0.0, 10.0, 1000.0):
+        ex.process()
+    assert log == [("0_0", 300), ("0_0", 400)]  # 1_0 waits for 1_1's partition, on no clock
+    ends.final[(REP, 0)], ends.final[(REP, 1)] = 2, 0  # its writers done: 1_1 never gets a record
+    r.fetched_next[(REP, 0)] = 2
+    assert ex.process() == 2
+    assert log[2:] == [("1_0", 100), ("1_0", 200)]
+    assert enforced == []
