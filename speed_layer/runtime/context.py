@@ -44,6 +44,7 @@ class ProcessorContextImpl(InternalProcessorContext):
             # an instance attribute shadows the method: one call per forward, not two
             self.forward = forward_one  # type: ignore[method-assign]
         self.send_to_topic = task.send_to_topic  # type: ignore[method-assign]
+        self.topic_sender = task.topic_sender  # type: ignore[method-assign]
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
         """Forward to every child, or to ``child_name`` only.

@@ -150,9 +150,7 @@ class StreamTask:
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
         #: source topic -> :meth:`_source`, filled on first use
         self._source_serdes: dict[str, tuple[Any, ...]] = {}
-        #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde, their
-        #: serializers of non-null values, whether neither partitioner nor windowed key
-        #: applies), filled on first use
+        #: (topic, id of the sink op) -> (the op, its :meth:`topic_sender`), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._process_key = (task_id, "process")
         #: Kafka's ``ProcessorMetadata`` (KIP-825; the last emit time of ON_WINDOW_CLOSE
@@ -174,11 +172,19 @@ class StreamTask:
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self) -> None:
-        """Init processors (after the stores are restored)."""
+        """Init processors (after the stores are restored), then link each built-in
+        processor with one child to that child's ``process`` (:meth:`OpProcessor.link_only_child`:
+        no forwarding frame per record and node), children first, so that a pass-through
+        node (a source) is skipped by the link to it."""
         for n in self.subtopology.nodes:
             self.current_node = n
             self.processors[n].init(ProcessorContextImpl(self, self.topology.nodes[n]))
         self.current_node = None
+        for n in reversed(self.subtopology.nodes):
+            kids = self.children[n]
+            link = getattr(self.processors[n], "link_only_child", None)
+            if link is not None and len(kids) == 1:
+                link(self.processors[kids[0]].process)
 
     def full_topic(self, topic: str, repartition: bool) -> str:
         return f"{self.app_id}-{topic}" if repartition else topic
@@ -378,50 +384,88 @@ class StreamTask:
         self.errors.flushed_record_failed(node, record, exc)
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
-        """The send of the sink node ``node``: serialize with the sink's serdes and hand to the
-        collector (partitioned by the sink's partitioner; a windowed key by murmur2 of its
-        base key bytes, as Kafka's WindowedStreamPartitioner; else murmur2 of the key bytes)."""
+        """The send of the sink node ``node`` (:meth:`topic_sender`'s function for ``node``,
+        ``topic`` and ``op``, made on first use)."""
         cached = self._sink_serdes.get((topic, id(op)))
         if cached is None or cached[0] is not op:
-            full = self.full_topic(topic, op.repartition)
-            if op.repartition:
-                ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
-            else:
-                ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
-            plain = op.partitioner is None and ks.inner is None
-            cached = self._sink_serdes[(topic, id(op))] = (op, full, ks, vs, _raw_serializer(ks), _raw_serializer(vs), plain)
-        _, full, ks, vs, kser, vser, plain = cached
-        key, value = record.key, record.value
-        try:
-            kb = None if key is None else kser(key)
-            vb = None if value is None else vser(value)
-        except Exception:  # noqa: BLE001 - again through the serdes, for their exception
+            cached = self._sink_serdes[(topic, id(op))] = (op, self.topic_sender(node, topic, op))
+        cached[1](record)
+
+    def topic_sender(self, node: str, topic: str, op: SinkOp) -> Callable[[Record[Any, Any]], None]:
+        """The function that sends each record of the sink node ``node`` to ``topic``:
+        serialized with the sink's serdes (a repartition topic's default to the ordered key
+        and pickle serdes, others to the config's defaults) and handed to the collector,
+        partitioned by the sink's partitioner, a windowed key by murmur2 of its base key
+        bytes (Kafka's WindowedStreamPartitioner), else by murmur2 of the key bytes (the
+        collector's). A serializer's exception goes to ``production.exception.handler``
+        (KIP-399, :meth:`RecordErrors.serialization_failed`). The serdes and the topic are
+        resolved once here: a sink with a fixed topic runs this function as its ``process``."""
+        full = self.full_topic(topic, op.repartition)
+        if op.repartition:
+            ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
+        else:
+            ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+        kser, vser = _raw_serializer(ks), _raw_serializer(vs)
+        errors = self.errors
+        task = self
+
+        def reserialize(record: Record[Any, Any]) -> tuple[bytes | None, bytes | None] | None:
+            """The key and value bytes again through the serdes (for their exception), or
+            None when one failed (handed to the production handler)."""
             try:
-                kb = ks.serialize(key)
+                kb = ks.serialize(record.key)
             except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
-                return
+                errors.serialization_failed(node, full, "KEY", record, task._current_raw, exc)
+                return None
             try:
-                vb = vs.serialize(value)
+                vb = vs.serialize(record.value)
             except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "VALUE", record, self._current_raw, exc)
-                return
-        partition = None
-        if plain:
-            pass
-        elif op.partitioner is not None:
-            partition = op.partitioner(full, key, value, self.collector.partitions_for(full))
-        elif ks.inner is not None and isinstance(key, Windowed):
-            # Kafka's WindowedStreamPartitioner: a windowed key goes by its base key
+                errors.serialization_failed(node, full, "VALUE", record, task._current_raw, exc)
+                return None
+            return kb, vb
+
+        if op.partitioner is None and ks.inner is None:
+            def send(record: Record[Any, Any]) -> None:
+                key, value = record[0], record[1]
+                try:
+                    kb = None if key is None else kser(key)
+                    vb = None if value is None else vser(value)
+                except Exception:  # noqa: BLE001 - again through the serdes, for their exception
+                    both = reserialize(record)
+                    if both is None:
+                        return
+                    kb, vb = both
+                # (the collector copies the headers it sends)
+                task.collector.send(full, kb, vb, record[2], record[3], None)
+
+            return send
+
+        partitioner, inner = op.partitioner, ks.inner
+
+        def send_partitioned(record: Record[Any, Any]) -> None:
+            key, value = record[0], record[1]
             try:
-                base = ks.inner.serialize(key.key)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
-                return
-            if base is not None:
-                partition = partition_for_key(base, self.collector.partitions_for(full))
-        # (the collector copies the headers it sends)
-        self.collector.send(full, kb, vb, record.timestamp, record.headers, partition)
+                kb = None if key is None else kser(key)
+                vb = None if value is None else vser(value)
+            except Exception:  # noqa: BLE001 - again through the serdes, for their exception
+                both = reserialize(record)
+                if both is None:
+                    return
+                kb, vb = both
+            partition = None
+            if partitioner is not None:
+                partition = partitioner(full, key, value, task.collector.partitions_for(full))
+            elif inner is not None and isinstance(key, Windowed):
+                try:
+                    base = inner.serialize(key.key)
+                except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
+                    errors.serialization_failed(node, full, "KEY", record, task._current_raw, exc)
+                    return
+                if base is not None:
+                    partition = partition_for_key(base, task.collector.partitions_for(full))
+            task.collector.send(full, kb, vb, record[2], record[3], partition)
+
+        return send_partitioned
 
     # ------------------------------------------------------------------ punctuation
     def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:
