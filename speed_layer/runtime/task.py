@@ -153,6 +153,9 @@ class StreamTask:
         #: (topic, id of the sink op) -> (the op, its :meth:`topic_sender`), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._process_key = (task_id, "process")
+        #: the metrics' counters and the stream-time punctuations' schedules, read per record
+        self._counters = self.metrics.counters
+        self._stream_time_schedules = self.stream_time_punctuations.schedules
         #: Kafka's ``ProcessorMetadata`` (KIP-825; the last emit time of ON_WINDOW_CLOSE
         #: aggregations by store), committed with the offsets (:meth:`commit_metadata`)
         self.processor_metadata: dict[str, int] = {}
@@ -276,15 +279,14 @@ class StreamTask:
 
     def process(self, raw: RawRecord) -> None:
         """Deserialize, extract the timestamp and run one record through the sub-topology."""
-        src = self._source_serdes.get(raw.topic) or self._source(raw.topic)
+        topic, partition, offset, key, value, ts, headers = raw
+        src = self._source_serdes.get(topic) or self._source(topic)
         node, ks, vs, plain_ts, kde, vde, source_process = src
-        self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
+        self.consumed_offsets[(topic, partition)] = offset + 1
         self._current_raw = raw
         try:
-            key = raw.key
             if key is not None:
                 key = kde(key)
-            value = raw.value
             if value is not None:
                 value = vde(value)
         except Exception:  # noqa: BLE001 - again through the serdes, for their exception
@@ -295,7 +297,6 @@ class StreamTask:
                 self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
                 self._current_raw = None
                 return
-        ts = raw.timestamp
         if not plain_ts or type(ts) is not int or ts < 0:
             ts = self._extract_timestamp(node, raw, key, value)
             if ts is None:
@@ -303,10 +304,9 @@ class StreamTask:
                 return
         if ts > self.stream_time:
             self.stream_time = ts
-        counters = self.metrics.counters
+        counters = self._counters
         pk = self._process_key
         counters[pk] = counters.get(pk, 0) + 1
-        headers = raw.headers
         try:
             source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except SerializationException as exc:
@@ -319,7 +319,7 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         self._current_raw = None  # a punctuation has no current record (Kafka: metadata undefined)
-        if self.stream_time_punctuations.schedules:
+        if self._stream_time_schedules:
             self.punctuate_stream_time()
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
