@@ -178,16 +178,22 @@ class StreamTask:
         """Init processors (after the stores are restored), then link each built-in
         processor with one child to that child's ``process`` (:meth:`OpProcessor.link_only_child`:
         no forwarding frame per record and node), children first, so that a pass-through
-        node (a source) is skipped by the link to it."""
+        node (a source) is skipped by the link to it; then every context binds its
+        children's ``process`` as they are now (:meth:`ProcessorContextImpl.link_children`)."""
+        contexts = []
         for n in self.subtopology.nodes:
             self.current_node = n
-            self.processors[n].init(ProcessorContextImpl(self, self.topology.nodes[n]))
+            context = ProcessorContextImpl(self, self.topology.nodes[n])
+            contexts.append(context)
+            self.processors[n].init(context)
         self.current_node = None
         for n in reversed(self.subtopology.nodes):
             kids = self.children[n]
             link = getattr(self.processors[n], "link_only_child", None)
             if link is not None and len(kids) == 1:
                 link(self.processors[kids[0]].process)
+        for context in contexts:  # forwards of several children, and user processors' forwards
+            context.link_children()
 
     def full_topic(self, topic: str, repartition: bool) -> str:
         return f"{self.app_id}-{topic}" if repartition else topic

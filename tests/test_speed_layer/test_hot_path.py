@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speed_layer import Materialized, Produced, Serdes, StreamsBuilder, TimeWindows, Windowed
+from speed_layer import Materialized, Processor, Produced, Record, Serdes, StreamsBuilder, TimeWindows, Topology, Windowed
 from speed_layer.testing import TopologyTestDriver
 
 S = Serdes.String()
@@ -86,6 +86,31 @@ def test_a_branch_and_a_topic_extractor_keep_their_own_frames() -> None:
         assert d.chains[0][0] == d.chains[1][0] == "BranchProcessor.process"
         assert d.chains[0][-1] == "StreamTask.topic_sender.<locals>.send"
         assert "SinkProcessor.process" in d.chains[1]
+
+
+def test_several_children_and_a_user_processor_reach_the_sinks_sender() -> None:
+    """A node with two children forwards through the context's list of their ``process``,
+    bound once every processor's init ran: the sinks' senders, not ``SinkProcessor.process``;
+    a Processor-API processor's ``context.forward`` to its one child too."""
+    b = StreamsBuilder()
+    s = b.stream("in")
+    s.filter(lambda k, v: v == "a").to("as")
+    s.filter_not(lambda k, v: v == "a").to("others")
+    with _FrameDriver(b.build(), CONFIG) as d:
+        d.create_input_topic("in").pipe_input("k", "a", 1)
+        assert d.create_output_topic("as").read_values_to_list() == ["a"]
+        assert d.chains == [["SourceProcessor.process", "ProcessorContextImpl.forward", "FilterProcessor.process", "StreamTask.topic_sender.<locals>.send"]]
+
+    class Upper(Processor[Any, Any]):
+        def process(self, record: Record[Any, Any]) -> None:
+            self.context.forward(record.with_value(record.value.upper()))
+
+    t = Topology().add_source("src", "in").add_processor("upper", Upper, "src").add_sink("sink", "out", "upper")
+    with _FrameDriver(t, CONFIG) as d:
+        d.create_input_topic("in").pipe_input("k", "v", 5)
+        assert d.create_output_topic("out").read_values_to_list() == ["V"]
+        assert d.chains == [["UserProcessor.process", "test_several_children_and_a_user_processor_reach_the_sinks_sender.<locals>.Upper.process",
+                             "ProcessorContextImpl.link_children.<locals>.forward_one", "StreamTask.topic_sender.<locals>.send"]]
 
 
 def _model(records: list[tuple[str, int]], size: int, grace: int) -> tuple[dict[tuple[str, int], int], int]:
