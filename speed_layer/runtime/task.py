@@ -30,13 +30,12 @@ from ..serde import Serde
 from ..state.factories import build_store
 from ..state.keys import ORDERED_KEY, PICKLE
 from ..topology import Topology
-from ..windows import Windowed
 from .commit_metadata import decode_commit_metadata, encode_commit_metadata
 from .context import ProcessorContextImpl
 from .partition_group import Headers, PartitionGroup, RawRecord
-from .partitioning import partition_for_key
 from .punctuation import PunctuationQueue, PunctuationSchedule
 from .record_errors import RecordErrors
+from .sink_sender import sink_sender
 
 log = logging.getLogger("speed_layer.task")
 
@@ -47,11 +46,6 @@ def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     """The function that deserializes non-null bytes: a plain :class:`Serde`'s own
     deserializer (unwrapped errors), else the serde's ``deserialize``."""
     return serde.deserializer if type(serde) is Serde else serde.deserialize
-
-
-def _raw_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
-    """The function that serializes a non-null value (see :func:`_raw_deserializer`)."""
-    return serde.serializer if type(serde) is Serde else serde.serialize
 
 
 class RecordCollector(Protocol):
@@ -398,80 +392,21 @@ class StreamTask:
         cached[1](record)
 
     def topic_sender(self, node: str, topic: str, op: SinkOp) -> Callable[[Record[Any, Any]], None]:
-        """The function that sends each record of the sink node ``node`` to ``topic``:
-        serialized with the sink's serdes (a repartition topic's default to the ordered key
-        and pickle serdes, others to the config's defaults) and handed to the collector,
-        partitioned by the sink's partitioner, a windowed key by murmur2 of its base key
-        bytes (Kafka's WindowedStreamPartitioner), else by murmur2 of the key bytes (the
-        collector's). A serializer's exception goes to ``production.exception.handler``
-        (KIP-399, :meth:`RecordErrors.serialization_failed`). The serdes and the topic are
-        resolved once here: a sink with a fixed topic runs this function as its ``process``."""
+        """The function that sends each record of the sink node ``node`` to ``topic``
+        (:func:`.sink_sender.sink_sender`) with the sink's serdes: a repartition topic's
+        default to the ordered key and pickle serdes, others to the config's defaults. A
+        sink with a fixed topic runs it as its ``process``."""
         full = self.full_topic(topic, op.repartition)
         if op.repartition:
             ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
         else:
             ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
-        kser, vser = _raw_serializer(ks), _raw_serializer(vs)
-        errors = self.errors
-        task = self
+        return sink_sender(self, node, full, ks, vs, op.partitioner)
 
-        def reserialize(record: Record[Any, Any]) -> tuple[bytes | None, bytes | None] | None:
-            """The key and value bytes again through the serdes (for their exception), or
-            None when one failed (handed to the production handler)."""
-            try:
-                kb = ks.serialize(record.key)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                errors.serialization_failed(node, full, "KEY", record, task._current_raw, exc)
-                return None
-            try:
-                vb = vs.serialize(record.value)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                errors.serialization_failed(node, full, "VALUE", record, task._current_raw, exc)
-                return None
-            return kb, vb
-
-        if op.partitioner is None and ks.inner is None:
-            def send(record: Record[Any, Any]) -> None:
-                key, value = record[0], record[1]
-                try:
-                    kb = None if key is None else kser(key)
-                    vb = None if value is None else vser(value)
-                except Exception:  # noqa: BLE001 - again through the serdes, for their exception
-                    both = reserialize(record)
-                    if both is None:
-                        return
-                    kb, vb = both
-                # (the collector copies the headers it sends)
-                task.collector.send(full, kb, vb, record[2], record[3], None)
-
-            return send
-
-        partitioner, inner = op.partitioner, ks.inner
-
-        def send_partitioned(record: Record[Any, Any]) -> None:
-            key, value = record[0], record[1]
-            try:
-                kb = None if key is None else kser(key)
-                vb = None if value is None else vser(value)
-            except Exception:  # noqa: BLE001 - again through the serdes, for their exception
-                both = reserialize(record)
-                if both is None:
-                    return
-                kb, vb = both
-            partition = None
-            if partitioner is not None:
-                partition = partitioner(full, key, value, task.collector.partitions_for(full))
-            elif inner is not None and isinstance(key, Windowed):
-                try:
-                    base = inner.serialize(key.key)
-                except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                    errors.serialization_failed(node, full, "KEY", record, task._current_raw, exc)
-                    return
-                if base is not None:
-                    partition = partition_for_key(base, task.collector.partitions_for(full))
-            task.collector.send(full, kb, vb, record[2], record[3], partition)
-
-        return send_partitioned
+    @property
+    def current_raw(self) -> RawRecord | None:
+        """The raw record being processed (None in a punctuation or a commit's flush)."""
+        return self._current_raw
 
     # ------------------------------------------------------------------ punctuation
     def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:

@@ -56,7 +56,7 @@ def test_a_stateless_record_runs_through_its_working_processors_only() -> None:
         out = d.create_output_topic("out", S, J).read_key_values_to_list()
         assert out == [("EWR", {"dest": "IAH", "distance": 1400})]
         assert [[q.rsplit(".", 1)[0] if q.endswith(".process") else q for q in c] for c in d.chains] == [
-            ["FilterProcessor", "MapValuesProcessor", "StreamTask.topic_sender.<locals>.send"]]
+            ["FilterProcessor", "MapValuesProcessor", "sink_sender.<locals>.send"]]
 
 
 def test_merged_streams_skip_their_sources_and_the_merge() -> None:
@@ -66,7 +66,7 @@ def test_merged_streams_skip_their_sources_and_the_merge() -> None:
         d.create_input_topic("a").pipe_input("k", "1", 1)
         d.create_input_topic("b").pipe_input("k", "2", 2)
         assert d.create_output_topic("out").read_values_to_list() == ["1!", "2!"]
-        assert d.chains == [["MapValuesProcessor.process", "StreamTask.topic_sender.<locals>.send"]] * 2
+        assert d.chains == [["MapValuesProcessor.process", "sink_sender.<locals>.send"]] * 2
 
 
 def test_a_branch_and_a_topic_extractor_keep_their_own_frames() -> None:
@@ -84,7 +84,7 @@ def test_a_branch_and_a_topic_extractor_keep_their_own_frames() -> None:
         assert d.create_output_topic("xs").read_values_to_list() == ["x"]
         assert d.create_output_topic("rest").read_values_to_list() == ["y"]
         assert d.chains[0][0] == d.chains[1][0] == "BranchProcessor.process"
-        assert d.chains[0][-1] == "StreamTask.topic_sender.<locals>.send"
+        assert d.chains[0][-1] == "sink_sender.<locals>.send"
         assert "SinkProcessor.process" in d.chains[1]
 
 
@@ -99,7 +99,7 @@ def test_several_children_and_a_user_processor_reach_the_sinks_sender() -> None:
     with _FrameDriver(b.build(), CONFIG) as d:
         d.create_input_topic("in").pipe_input("k", "a", 1)
         assert d.create_output_topic("as").read_values_to_list() == ["a"]
-        assert d.chains == [["SourceProcessor.process", "ProcessorContextImpl.forward", "FilterProcessor.process", "StreamTask.topic_sender.<locals>.send"]]
+        assert d.chains == [["SourceProcessor.process", "ProcessorContextImpl.forward", "FilterProcessor.process", "sink_sender.<locals>.send"]]
 
     class Upper(Processor[Any, Any]):
         def process(self, record: Record[Any, Any]) -> None:
@@ -110,7 +110,7 @@ def test_several_children_and_a_user_processor_reach_the_sinks_sender() -> None:
         d.create_input_topic("in").pipe_input("k", "v", 5)
         assert d.create_output_topic("out").read_values_to_list() == ["V"]
         assert d.chains == [["UserProcessor.process", "test_several_children_and_a_user_processor_reach_the_sinks_sender.<locals>.Upper.process",
-                             "ProcessorContextImpl.link_children.<locals>.forward_one", "StreamTask.topic_sender.<locals>.send"]]
+                             "ProcessorContextImpl.link_children.<locals>.forward_one", "sink_sender.<locals>.send"]]
 
 
 def _model(records: list[tuple[str, int]], size: int, grace: int) -> tuple[dict[tuple[str, int], int], int]:
