@@ -69,23 +69,9 @@ def sink_sender(task: SendingTask, node: str, full: str, ks: Serde[Any], vs: Ser
             return None
         return kb, vb
 
-    if partitioner is None and inner is None:
-        def send(record: Record[Any, Any]) -> None:
-            key, value = record[0], record[1]
-            try:
-                kb = None if key is None else kser(key)
-                vb = None if value is None else vser(value)
-            except Exception:  # noqa: BLE001 - again through the serdes, for their exception
-                both = reserialize(record)
-                if both is None:
-                    return
-                kb, vb = both
-            # (the collector copies the headers it sends)
-            task.collector.send(full, kb, vb, record[2], record[3], None)
+    plain = partitioner is None and inner is None
 
-        return send
-
-    def send_partitioned(record: Record[Any, Any]) -> None:
+    def send(record: Record[Any, Any]) -> None:
         key, value = record[0], record[1]
         try:
             kb = None if key is None else kser(key)
@@ -96,7 +82,9 @@ def sink_sender(task: SendingTask, node: str, full: str, ks: Serde[Any], vs: Ser
                 return
             kb, vb = both
         partition = None
-        if partitioner is not None:
+        if plain:
+            pass
+        elif partitioner is not None:
             partition = partitioner(full, key, value, task.collector.partitions_for(full))
         elif inner is not None and isinstance(key, Windowed):
             try:
@@ -106,6 +94,7 @@ def sink_sender(task: SendingTask, node: str, full: str, ks: Serde[Any], vs: Ser
                 return
             if base is not None:
                 partition = partition_for_key(base, task.collector.partitions_for(full))
+        # (the collector copies the headers it sends)
         task.collector.send(full, kb, vb, record[2], record[3], partition)
 
-    return send_partitioned
+    return send
