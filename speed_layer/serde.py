@@ -66,11 +66,12 @@ _json_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 #: values orjson would write otherwise than the standard library (subclasses of str, int,
 #: dict, list; dataclasses; datetimes) raise instead, and go to the standard library
 _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-#: digits and "-" -> "0", "." and "e" -> themselves, everything else -> " ": a float orjson
-#: writes with an exponent ("1e16", "1e-7": "0e0" here) or below 1e-4 ("0.00001": "0.0000")
-#: may differ from Python's repr. (orjson writes neither "E" nor "e+"; a string such as
-#: "9E", the carrier code, no longer sends a value to the standard library's encoder)
-_FLOAT_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 or i == 0x2D else i if i in (0x2E, 0x65) else 0x20 for i in range(256))
+#: digits and "-" -> "0", "e" -> itself, everything else -> " ": in the translated bytes
+#: "0e0" is a digit, "e", then a digit or "-": a float orjson writes with a negative
+#: exponent ("1e-7"), where Python's repr pads the exponent ("1e-07"). (orjson 3.13 writes
+#: positive exponents as repr does, "1e+16"; a string such as "9E", the carrier code, or
+#: "one-way" keeps orjson's bytes)
+_FLOAT_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 or i == 0x2D else i if i == 0x65 else 0x20 for i in range(256))
 #: digits -> "0", everything else -> " ": a run of 19 "0"s in the translated bytes is a
 #: run of 19 digits, an integer that may not fit in 64 bits, which orjson would read as a
 #: float (the standard library reads it as an exact int); faster than a regex
@@ -78,25 +79,29 @@ _DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 _LONG_DIGITS = b"0" * 19
 _JSONDecodeError = orjson.JSONDecodeError
 
+# (the checks below use ``bytes.find`` and ``int in bytes``: CPython's ``bytes in bytes``
+# first tries the needle as an int and raises and clears a TypeError, ~0.1 us a call)
+
 
 def _json_dumps(value: Any) -> bytes:
     """``json.dumps(value, separators=(",", ":"), allow_nan=False).encode()``, byte for byte
     (keys are stored and partitioned by these bytes), with orjson where its output is
     provably the same: it is ASCII without DEL (the standard library escapes the rest as
     ``\\uXXXX``), has no ``null`` (orjson writes NaN and infinities as null, the
-    standard library rejects them) and no float in exponent or ``0.0000`` form (where
-    the two format floats differently). Anything else, and anything orjson refuses (ints
-    beyond 64 bits, non-string keys, subclasses, unknown types), is encoded by the
-    standard library. orjson also writes ``uuid.UUID`` and ``enum.Enum`` members that the
-    standard library rejects."""
+    standard library rejects them), no ``0.0000`` (orjson writes floats in [1e-5, 1e-4)
+    so, repr as ``1e-05``) and no negative exponent after a digit (orjson's ``1e-7``,
+    repr's ``1e-07``). Anything else, and anything orjson refuses (ints beyond 64 bits,
+    non-string keys, subclasses, unknown types), is encoded by the standard library.
+    orjson also writes ``uuid.UUID`` and ``enum.Enum`` members that the standard library
+    rejects. The common value pays four C calls of a few tens of ns: the rare shapes are
+    found by plain searches, a translation runs only when ``e-`` occurs."""
     try:
         out = orjson.dumps(value, option=_ORJSON_OPTS)
     except TypeError:
         return _json_encode(value).encode()
-    if out.isascii() and b"null" not in out and b"\x7f" not in out:
-        shape = out.translate(_FLOAT_SHAPE)
-        if b"0e0" not in shape and b"0.0000" not in shape:
-            return out
+    if (out.isascii() and 0x7F not in out and out.find(b"null") < 0 and out.find(b"0.0000") < 0
+            and (out.find(b"e-") < 0 or out.translate(_FLOAT_SHAPE).find(b"0e0") < 0)):
+        return out
     return _json_encode(value).encode()
 
 
@@ -104,7 +109,7 @@ def _json_loads(data: bytes) -> Any:
     """``json.loads(data)``, the same values for every input, with orjson where it reads
     the same: anything orjson rejects (NaN, Infinity, 1e400, a BOM, UTF-16/32, lone
     surrogates) or may read differently (integers beyond 64 bits) goes to ``json.loads``."""
-    if _LONG_DIGITS not in data.translate(_DIGITS):
+    if len(data) < 19 or data.translate(_DIGITS).find(_LONG_DIGITS) < 0:
         try:
             return orjson.loads(data)
         except _JSONDecodeError:

@@ -10,6 +10,7 @@ relational replays (``batch_layer/translators/_replay_context.py``).
 from __future__ import annotations
 
 from abc import abstractmethod
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from .api import ProcessorContext, Record
@@ -89,6 +90,16 @@ class InternalProcessorContext(ProcessorContext):
             StreamsException: where records cannot be sent (a relational replay), or on a
                 send error.
         """
+
+    def topic_sender(self, node: str, topic: str, op: "SinkOp") -> Callable[[Record[Any, Any]], None]:
+        """A function sending each record it is given as ``send_to_topic(node, topic,
+        record, op)`` does (the runtime's resolves the sink's serdes and topic once: the
+        function a sink with a fixed topic runs per record).
+
+        Raises:
+            StreamsException: when called, as :meth:`send_to_topic`.
+        """
+        return partial(self.send_to_topic, node, topic, op=op)
 
     @abstractmethod
     def processor_metadata_for_key(self, key: str) -> int | None:

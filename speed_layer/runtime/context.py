@@ -29,7 +29,16 @@ class ProcessorContextImpl(InternalProcessorContext):
         self._task = task
         self._node = node
         self._children = task.children.get(node.name, [])
-        #: ``process`` of every child (the hot path: one forward per record and node)
+        self.link_children()
+        self.send_to_topic = task.send_to_topic  # type: ignore[method-assign]
+        self.topic_sender = task.topic_sender  # type: ignore[method-assign]
+
+    def link_children(self) -> None:
+        """Bind the ``process`` of every child as it is now (the hot path: one forward per
+        record and node). Called when the context is made, and again by the task once every
+        processor's ``init`` ran (a sink's ``process`` is then its prepared sender, a
+        linked source's or merge's its child's)."""
+        task = self._task
         self._child_procs = [task.processors[c].process for c in self._children]
         if len(self._child_procs) == 1:
             only = self._child_procs[0]
@@ -43,7 +52,6 @@ class ProcessorContextImpl(InternalProcessorContext):
 
             # an instance attribute shadows the method: one call per forward, not two
             self.forward = forward_one  # type: ignore[method-assign]
-        self.send_to_topic = task.send_to_topic  # type: ignore[method-assign]
 
     def forward(self, record: Record[Any, Any], child_name: str | None = None) -> None:
         """Forward to every child, or to ``child_name`` only.

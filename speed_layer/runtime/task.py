@@ -30,13 +30,12 @@ from ..serde import Serde
 from ..state.factories import build_store
 from ..state.keys import ORDERED_KEY, PICKLE
 from ..topology import Topology
-from ..windows import Windowed
 from .commit_metadata import decode_commit_metadata, encode_commit_metadata
 from .context import ProcessorContextImpl
 from .partition_group import Headers, PartitionGroup, RawRecord
-from .partitioning import partition_for_key
 from .punctuation import PunctuationQueue, PunctuationSchedule
 from .record_errors import RecordErrors
+from .sink_sender import sink_sender
 
 log = logging.getLogger("speed_layer.task")
 
@@ -47,11 +46,6 @@ def _raw_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     """The function that deserializes non-null bytes: a plain :class:`Serde`'s own
     deserializer (unwrapped errors), else the serde's ``deserialize``."""
     return serde.deserializer if type(serde) is Serde else serde.deserialize
-
-
-def _raw_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
-    """The function that serializes a non-null value (see :func:`_raw_deserializer`)."""
-    return serde.serializer if type(serde) is Serde else serde.serialize
 
 
 class RecordCollector(Protocol):
@@ -150,11 +144,12 @@ class StreamTask:
         self.processors: dict[str, Any] = {n: create_processor(topology.nodes[n]) for n in subtopology.nodes}
         #: source topic -> :meth:`_source`, filled on first use
         self._source_serdes: dict[str, tuple[Any, ...]] = {}
-        #: (topic, id of the sink op) -> (the op, full topic, key serde, value serde, their
-        #: serializers of non-null values, whether neither partitioner nor windowed key
-        #: applies), filled on first use
+        #: (topic, id of the sink op) -> (the op, its :meth:`topic_sender`), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._process_key = (task_id, "process")
+        #: the metrics' counters and the stream-time punctuations' schedules, read per record
+        self._counters = self.metrics.counters
+        self._stream_time_schedules = self.stream_time_punctuations.schedules
         #: Kafka's ``ProcessorMetadata`` (KIP-825; the last emit time of ON_WINDOW_CLOSE
         #: aggregations by store), committed with the offsets (:meth:`commit_metadata`)
         self.processor_metadata: dict[str, int] = {}
@@ -174,11 +169,25 @@ class StreamTask:
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self) -> None:
-        """Init processors (after the stores are restored)."""
+        """Init processors (after the stores are restored), then link each built-in
+        processor with one child to that child's ``process`` (:meth:`OpProcessor.link_only_child`:
+        no forwarding frame per record and node), children first, so that a pass-through
+        node (a source) is skipped by the link to it; then every context binds its
+        children's ``process`` as they are now (:meth:`ProcessorContextImpl.link_children`)."""
+        contexts = []
         for n in self.subtopology.nodes:
             self.current_node = n
-            self.processors[n].init(ProcessorContextImpl(self, self.topology.nodes[n]))
+            context = ProcessorContextImpl(self, self.topology.nodes[n])
+            contexts.append(context)
+            self.processors[n].init(context)
         self.current_node = None
+        for n in reversed(self.subtopology.nodes):
+            kids = self.children[n]
+            link = getattr(self.processors[n], "link_only_child", None)
+            if link is not None and len(kids) == 1:
+                link(self.processors[kids[0]].process)
+        for context in contexts:  # forwards of several children, and user processors' forwards
+            context.link_children()
 
     def full_topic(self, topic: str, repartition: bool) -> str:
         return f"{self.app_id}-{topic}" if repartition else topic
@@ -270,15 +279,14 @@ class StreamTask:
 
     def process(self, raw: RawRecord) -> None:
         """Deserialize, extract the timestamp and run one record through the sub-topology."""
-        src = self._source_serdes.get(raw.topic) or self._source(raw.topic)
+        topic, partition, offset, key, value, ts, headers = raw
+        src = self._source_serdes.get(topic) or self._source(topic)
         node, ks, vs, plain_ts, kde, vde, source_process = src
-        self.consumed_offsets[(raw.topic, raw.partition)] = raw.offset + 1
+        self.consumed_offsets[(topic, partition)] = offset + 1
         self._current_raw = raw
         try:
-            key = raw.key
             if key is not None:
                 key = kde(key)
-            value = raw.value
             if value is not None:
                 value = vde(value)
         except Exception:  # noqa: BLE001 - again through the serdes, for their exception
@@ -289,7 +297,6 @@ class StreamTask:
                 self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
                 self._current_raw = None
                 return
-        ts = raw.timestamp
         if not plain_ts or type(ts) is not int or ts < 0:
             ts = self._extract_timestamp(node, raw, key, value)
             if ts is None:
@@ -297,10 +304,9 @@ class StreamTask:
                 return
         if ts > self.stream_time:
             self.stream_time = ts
-        counters = self.metrics.counters
+        counters = self._counters
         pk = self._process_key
         counters[pk] = counters.get(pk, 0) + 1
-        headers = raw.headers
         try:
             source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except SerializationException as exc:
@@ -313,7 +319,7 @@ class StreamTask:
         except Exception as exc:  # noqa: BLE001 - routed to the configured handler
             self._handle_error("processing", self.config.processing_exception_handler, raw, exc)
         self._current_raw = None  # a punctuation has no current record (Kafka: metadata undefined)
-        if self.stream_time_punctuations.schedules:
+        if self._stream_time_schedules:
             self.punctuate_stream_time()
 
     def _extract_timestamp(self, node: GraphNode, raw: RawRecord, key: Any, value: Any) -> int | None:
@@ -378,50 +384,29 @@ class StreamTask:
         self.errors.flushed_record_failed(node, record, exc)
 
     def send_to_topic(self, node: str, topic: str, record: Record[Any, Any], op: SinkOp) -> None:
-        """The send of the sink node ``node``: serialize with the sink's serdes and hand to the
-        collector (partitioned by the sink's partitioner; a windowed key by murmur2 of its
-        base key bytes, as Kafka's WindowedStreamPartitioner; else murmur2 of the key bytes)."""
+        """The send of the sink node ``node`` (:meth:`topic_sender`'s function for ``node``,
+        ``topic`` and ``op``, made on first use)."""
         cached = self._sink_serdes.get((topic, id(op)))
         if cached is None or cached[0] is not op:
-            full = self.full_topic(topic, op.repartition)
-            if op.repartition:
-                ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
-            else:
-                ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
-            plain = op.partitioner is None and ks.inner is None
-            cached = self._sink_serdes[(topic, id(op))] = (op, full, ks, vs, _raw_serializer(ks), _raw_serializer(vs), plain)
-        _, full, ks, vs, kser, vser, plain = cached
-        key, value = record.key, record.value
-        try:
-            kb = None if key is None else kser(key)
-            vb = None if value is None else vser(value)
-        except Exception:  # noqa: BLE001 - again through the serdes, for their exception
-            try:
-                kb = ks.serialize(key)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
-                return
-            try:
-                vb = vs.serialize(value)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "VALUE", record, self._current_raw, exc)
-                return
-        partition = None
-        if plain:
-            pass
-        elif op.partitioner is not None:
-            partition = op.partitioner(full, key, value, self.collector.partitions_for(full))
-        elif ks.inner is not None and isinstance(key, Windowed):
-            # Kafka's WindowedStreamPartitioner: a windowed key goes by its base key
-            try:
-                base = ks.inner.serialize(key.key)
-            except Exception as exc:  # noqa: BLE001 - production.exception.handler (KIP-399)
-                self.errors.serialization_failed(node, full, "KEY", record, self._current_raw, exc)
-                return
-            if base is not None:
-                partition = partition_for_key(base, self.collector.partitions_for(full))
-        # (the collector copies the headers it sends)
-        self.collector.send(full, kb, vb, record.timestamp, record.headers, partition)
+            cached = self._sink_serdes[(topic, id(op))] = (op, self.topic_sender(node, topic, op))
+        cached[1](record)
+
+    def topic_sender(self, node: str, topic: str, op: SinkOp) -> Callable[[Record[Any, Any]], None]:
+        """The function that sends each record of the sink node ``node`` to ``topic``
+        (:func:`.sink_sender.sink_sender`) with the sink's serdes: a repartition topic's
+        default to the ordered key and pickle serdes, others to the config's defaults. A
+        sink with a fixed topic runs it as its ``process``."""
+        full = self.full_topic(topic, op.repartition)
+        if op.repartition:
+            ks, vs = op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
+        else:
+            ks, vs = op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
+        return sink_sender(self, node, full, ks, vs, op.partitioner)
+
+    @property
+    def current_raw(self) -> RawRecord | None:
+        """The raw record being processed (None in a punctuation or a commit's flush)."""
+        return self._current_raw
 
     # ------------------------------------------------------------------ punctuation
     def schedule(self, node: str, interval: int, type: PunctuationType, fn: Callable[[int], None]) -> Cancellable:

@@ -108,7 +108,10 @@ class TopologyTestDriver:
         a topic the topology reads (a repartition topic, a source topic as with
         ``through``, or a global table's topic) is also piped back in."""
         if topic not in self._internal:
-            self._outputs.setdefault(topic, _Captured()).records.append((key, value, timestamp, list(headers)))
+            captured = self._outputs.get(topic)
+            if captured is None:  # (not setdefault: its default would be built per record)
+                captured = self._outputs[topic] = _Captured()
+            captured.records.append((key, value, timestamp, list(headers)))
         if topic in self._global_tasks:
             self._global_tasks[topic].process(RawRecord(topic, 0, self._next_offset(topic), key, value, timestamp, list(headers)))
         elif topic in self._task_by_topic:

@@ -65,3 +65,39 @@ def test_a_digit_before_an_upper_case_e_in_a_string_stays_on_the_fast_path(monke
     assert calls == []
     assert JSON.serialize({"x": 1e-7}) == _stdlib({"x": 1e-7})  # an exponent still goes to the standard library
     assert calls == [{"x": 1e-7}]
+
+
+def _floats_by_exponent() -> list[float]:
+    """Floats of every decimal exponent a double has, each with short and long mantissas,
+    both signs (1,900 values, fixed)."""
+    out = []
+    for e in range(-323, 308):
+        for m in ("1", "4.5", "9.87654321012345"):
+            v = float(f"{m}e{e}")
+            out += [v, -v]
+    return [v for v in out if v not in (0.0, float("inf"), float("-inf"))]
+
+
+def test_every_float_exponent_is_the_standard_librarys_bytes() -> None:
+    """orjson writes floats below 1e-4 otherwise than repr ("0.00001" vs "1e-05", "1e-7"
+    vs "1e-07"): the checks send those, and only shapes like them, to the standard library."""
+    values = _floats_by_exponent()
+    assert [JSON.serialize(v) for v in values] == [_stdlib(v) for v in values]
+    assert JSON.serialize(values) == _stdlib(values)
+
+
+@pytest.mark.parametrize("value", [{"route": "one-way", "note": "re-entry"}, {"code": "9E", "x": 1.5e16}, ["1e-5 as text"]])
+def test_text_that_only_looks_like_a_float_keeps_orjsons_bytes(monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
+    """An "e-" after a letter, or a "1e-5" inside a string whose "e-" follows a digit: the
+    first keeps orjson's bytes, the second goes to the standard library; both equal it."""
+    calls: list[Any] = []
+    fallback = serde._json_encode
+    monkeypatch.setattr(serde, "_json_encode", lambda v: calls.append(v) or fallback(v))
+    assert JSON.serialize(value) == _stdlib(value)
+    assert calls == ([value] if value == ["1e-5 as text"] else [])
+
+
+@pytest.mark.parametrize("data", [b"12345678901234567890", b'{"id":123456789012345678901234}', b"[1,-9223372036854775809]", b"7"])
+def test_long_integers_are_read_exactly(data: bytes) -> None:
+    assert JSON.deserialize(data) == json.loads(data)
+    assert type(JSON.deserialize(data)) is type(json.loads(data))

@@ -217,15 +217,28 @@ class TimeWindowAggregateProcessor(_EmitWindowRangeOnClose):
         return True
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None:  # Kafka's KStreamWindowAggregate drops null keys only
+        key = record[0]
+        if key is None:  # Kafka's KStreamWindowAggregate drops null keys only
             self.dropped("null key", record)
             return
-        ts = record.timestamp
-        self.observed_stream_time = max(self.observed_stream_time, ts)
-        close_time = self.observed_stream_time - self.windows.grace_ms
-        size = self.windows.size_ms
+        ts = record[2]
+        if ts > self.observed_stream_time:
+            self.observed_stream_time = ts
+        windows = self.windows
+        close_time = self.observed_stream_time - windows.grace_ms
+        size = windows.size_ms
         if self.caching or self.emit_final:
-            self._process_batched(record, ts, close_time, size)
+            if size != windows.advance_ms or ts < 0:
+                self._process_batched(record, ts, close_time, size)
+                return
+            # a tumbling window: the one window of ``window_starts(ts)``, as _process_batched
+            start = ts - ts % size
+            if start + size <= close_time:
+                self.dropped("late: window closed", record, window=(self.op.store, key, start))
+            else:
+                self.store.fold_windows(key, (start,), ts, record[1], self.initializer, self.aggregator)
+            if self.emit_final:
+                self._maybe_forward_final(record, close_time)
             return
         for start in self.windows.window_starts(ts):
             if start + size <= close_time:

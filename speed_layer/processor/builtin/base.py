@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from ...graph.nodes import GraphNode
 from ..api import Processor, Record
@@ -25,6 +25,13 @@ class OpProcessor(Processor[Any, Any]):
         # the context's own forward as an instance attribute: one frame less per record
         # and node than the method below (the hot path)
         self.forward = context.forward  # type: ignore[method-assign]
+
+    def link_only_child(self, process: Callable[[Record[Any, Any]], None]) -> None:
+        """Called by the task once every processor's ``init`` ran, when this node has
+        exactly one child: ``process`` is that child's. A processor forwarding only with
+        ``self.forward(record)`` (never naming a child; :class:`BranchProcessor` names
+        them and does not link) calls it directly: one frame less per record and node."""
+        self.forward = process  # type: ignore[method-assign]
 
     def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
         """``context.forward``: to every child, or to ``child`` only (replaced by the

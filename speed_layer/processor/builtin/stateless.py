@@ -2,7 +2,7 @@
 toStream, table filter/mapValues, and the user processor wrapper."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..api import Change, Record, _new_tuple
 from ..internals import InternalProcessorContext
@@ -10,15 +10,20 @@ from .base import OpProcessor, versioned_upstream
 
 
 class SourceProcessor(OpProcessor):
-    """Forwards the deserialized record (deserialization happens in the task)."""
+    """Forwards the deserialized record (deserialization happens in the task). Linked to
+    its only child, its ``process`` is the child's (the task calls the child directly)."""
 
     def process(self, record: Record[Any, Any]) -> None:
         self.forward(record)
 
+    def link_only_child(self, process: Callable[[Record[Any, Any]], None]) -> None:
+        self.forward = self.process = process  # type: ignore[method-assign]
+
 
 class FilterProcessor(OpProcessor):
     def process(self, record: Record[Any, Any]) -> None:
-        if bool(self.op.predicate(record.key, record.value)) != self.op.negate:
+        op = self.op
+        if bool(op.predicate(record[0], record[1])) != op.negate:
             self.forward(record)
 
 
@@ -33,8 +38,9 @@ class MapProcessor(OpProcessor):
 
 class MapValuesProcessor(OpProcessor):
     def process(self, record: Record[Any, Any]) -> None:
-        v = self.op.mapper(record.key, record.value) if self.op.with_key else self.op.mapper(record.value)
-        self.forward(record.with_value(v))
+        op = self.op
+        v = op.mapper(record[0], record[1]) if op.with_key else op.mapper(record[1])
+        self.forward(_new_tuple(Record, (record[0], v, record[2], record[3])))  # record.with_value(v)
 
 
 class FlatMapProcessor(OpProcessor):
@@ -60,6 +66,9 @@ class PeekProcessor(OpProcessor):
 class BranchProcessor(OpProcessor):
     """Forwards to the first branch whose predicate matches (None: the default branch)."""
 
+    def link_only_child(self, process: Callable[[Record[Any, Any]], None]) -> None:
+        """Not linked: it names the child it forwards to."""
+
     def process(self, record: Record[Any, Any]) -> None:
         for pred, child in zip(self.op.predicates, self.op.children):
             if pred is None or pred(record.key, record.value):
@@ -68,10 +77,14 @@ class BranchProcessor(OpProcessor):
 
 
 class PassThroughProcessor(OpProcessor):
-    """Merge and other nodes that forward unchanged."""
+    """Merge and other nodes that forward unchanged (linked to its only child, its
+    ``process`` is the child's, as :class:`SourceProcessor`)."""
 
     def process(self, record: Record[Any, Any]) -> None:
         self.forward(record)
+
+    def link_only_child(self, process: Callable[[Record[Any, Any]], None]) -> None:
+        self.forward = self.process = process  # type: ignore[method-assign]
 
 
 class ToStreamProcessor(OpProcessor):

@@ -2,12 +2,12 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ...serde import Serde
 from ...windows import Window, Windowed
 from ..backends import BytesStore
-from .base import Logger, _Q, _I, _MAX, _MIN, ValueAndTimestamp, _VT, _vt, _StoreBase, _hashable
+from .base import Logger, _Q, _I, _MAX, ValueAndTimestamp, _VT, _vt, _StoreBase, _hashable
 from .cache import _Cache
 
 
@@ -93,7 +93,7 @@ class WindowStore(_StoreBase):
         else:
             self._write(self._composite(kb, window_start), self._encode_value(vt), timestamp)
 
-    def fold_windows(self, key: Any, starts: list[int], timestamp: int, value: Any,
+    def fold_windows(self, key: Any, starts: Sequence[int], timestamp: int, value: Any,
                      initializer: Callable[[], Any] | None, aggregator: Callable[[Any, Any, Any], Any]) -> None:
         """Aggregate one record into each window of ``starts`` (ms), in order: for each, read
         the window's aggregate (cache, then bytes store), put ``aggregator(key, value, old)``
@@ -113,50 +113,44 @@ class WindowStore(_StoreBase):
                     self.put(key, aggregator(key, value, old.value), start, max(timestamp, old.timestamp))
             return
         cache = self.cache
-        entries, clean = cache.entries, cache.clean
+        entries = cache.entries
         get = entries.get
-        move = entries.move_to_end
-        max_entries = cache.max_entries
-        clean_from = cache.flushes - max_entries  # clean entries flushed after it are still cached
-        retention = self.retention_ms
-        kb: bytes | None = None
-        observed = self.observed_stream_time
-        expired_to = observed - retention if observed >= 0 else _MIN
         for start in starts:
             ck = (key, start)
-            # fetch_one_with_timestamp: a dirty entry, else the bytes store; an expired
-            # window reads as absent unless still cached clean
+            # fetch_one_with_timestamp: a dirty entry, else below the cache
             hit = get(ck)
             if hit is not None:
                 old = hit[1]
                 if old is not None and old[0] is None:
                     old = None
-            elif start <= expired_to:
-                old = None
-                if clean:
-                    if kb is None:
-                        kb = self._key_bytes(key)
-                    composite = kb + _Q.pack(start)
-                    n = clean.get(composite)
-                    if n is not None and n > clean_from:
-                        old = self._decode_value(self.backend.get(composite))
             else:
-                if kb is None:
-                    kb = self._key_bytes(key)
-                old = self._decode_value(self.backend.get(kb + _Q.pack(start)))
+                old = self._read_uncached(key, start)
             if old is None:
                 vt = _vt(_VT, (value if initializer is None else aggregator(key, value, initializer()), timestamp))
             else:
                 old_ts = old[1]
                 vt = _vt(_VT, (aggregator(key, value, old[0]), timestamp if timestamp > old_ts else old_ts))
             # put: cached, even when expired (the bytes store drops it at the flush)
-            if start > observed:
-                observed = self.observed_stream_time = start
-                expired_to = observed - retention
+            if start > self.observed_stream_time:
+                self.observed_stream_time = start
             entries[ck] = (ck, vt)
-            move(ck)
-            if len(entries) > max_entries:
+            entries.move_to_end(ck)
+            if len(entries) > cache.max_entries:
                 self._evict()
+
+    def _read_uncached(self, key: Any, start: int) -> ValueAndTimestamp | None:
+        """The window of ``key`` starting at ``start`` (ms) that the cache holds no dirty
+        entry of, as ``fetch_one_with_timestamp`` reads it: from the bytes store; an expired
+        window (start ``<=`` observed stream time - retention) reads as absent unless the
+        cache still holds it clean (:meth:`_Cache.is_clean`)."""
+        observed = self.observed_stream_time
+        if observed >= 0 and start <= observed - self.retention_ms:
+            cache = self.cache
+            if cache is None or not cache.clean:
+                return None
+            composite = self._key_bytes(key) + _Q.pack(start)
+            return self._decode_value(self.backend.get(composite)) if cache.is_clean(composite) else None
+        return self._decode_value(self.backend.get(self._key_bytes(key) + _Q.pack(start)))
 
     def _key_bytes(self, key: Any) -> bytes:
         """The serialized ``key``; text keys memoized (a window store flushes and reads
