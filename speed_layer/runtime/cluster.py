@@ -245,17 +245,21 @@ class EmbeddedKafkaCluster:
                 if len(pmd.isrs) < len(pmd.replicas)]
 
     def wait_in_sync(self, timeout_s: float = 120) -> None:
-        """Wait until no partition is under-replicated (every replica caught up).
+        """Wait until no partition is under-replicated (every replica caught up), seen in
+        three metadata answers in a row: each may come from another node, and a node's
+        metadata cache learns an ISR change from the controller a moment after another's.
 
         Raises:
             TimeoutError: some still are after ``timeout_s`` seconds (they are named).
         """
         deadline = time.monotonic() + timeout_s
         lagging: list[str] = ["?"]
+        in_sync = 0
         while True:
             with contextlib.suppress(Exception):  # a metadata error counts as not yet
                 lagging = self.under_replicated()
-                if not lagging:
+                in_sync = 0 if lagging else in_sync + 1
+                if in_sync >= 3:
                     return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"under-replicated after {timeout_s} s: {', '.join(lagging[:10])}")
