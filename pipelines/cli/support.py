@@ -227,7 +227,7 @@ def reporter(console: Any) -> Any:
     return RichReporter(console)
 
 
-def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
+def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path | str]:
     """The pipeline a command works on and its folder of the lake (see the module docstring).
 
     Raises:
@@ -412,7 +412,7 @@ class BackgroundSpark:
 
 # --------------------------------------------------------------------------- the lake lock
 @contextlib.contextmanager
-def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
+def lake_locks(command: str, folders: Sequence[Path | str]) -> Iterator[None]:
     """Hold the lake lock (:mod:`pipelines.lake.lock`) of each pipeline folder in ``folders``
     for the block; the second writer fails with :class:`~pipelines.lake.lock.LakeBusy` (one
     line naming the first). A stale lock is taken over with a one-line warning."""
@@ -431,11 +431,15 @@ def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
         yield
 
 
-def lake_tables(folder: Path) -> list[str]:
-    """The parts of a pipeline's lake folder that hold tables (``raw``, ``views``, ``serving``,
-    ``quality``), those present and not empty."""
+def lake_tables(folder: Path | str) -> list[str]:
+    """The parts of a pipeline's lake folder (local or ``s3://...``) that hold tables
+    (``raw``, ``views``, ``serving``, ``quality``), those present and not empty."""
+    from batch_layer.delta.io import join_location
     from batch_layer.delta.layout import LakeLayout
+    from batch_layer.delta.storage import is_object_store, list_names
 
+    if is_object_store(folder):
+        return [part for part in LakeLayout.PARTS if list_names(join_location(folder, part))]
     return [part for part in LakeLayout.PARTS
             if (folder / part).is_dir() and any((folder / part).iterdir())]
 
