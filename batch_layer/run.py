@@ -115,6 +115,10 @@ def run_batch(
         raise BatchLayerError(
             f"lake URI {lake!r} has no authority: give it in full, e.g. hdfs://namenode:8020/lake or s3a://bucket/lake"
         )
+    if is_object_store(lake):  # s3a:// reads and writes with the AWS settings of this process
+        from .spark_s3a import configure_s3a
+
+        configure_s3a(spark, str(lake))
     plan = compile_topology(topology, views=views, config=config, options=options)
     frames = plan.execute(spark, lake, input_frames=input_frames)
     try:

@@ -418,7 +418,7 @@ def lake_locks(command: str, folders: Sequence[Path | str]) -> Iterator[None]:
     line naming the first). A stale lock is taken over with a one-line warning."""
     from rich.markup import escape
 
-    from pipelines.lake.lock import LakeLock, command_line
+    from pipelines.lake.lock import command_line, open_lake_lock
 
     err = make_console(stderr=True)
 
@@ -427,7 +427,7 @@ def lake_locks(command: str, folders: Sequence[Path | str]) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         for folder in folders:
-            stack.enter_context(LakeLock(folder, command_line(), warn=warn))
+            stack.enter_context(open_lake_lock(folder, command_line(), warn=warn))
         yield
 
 
