@@ -165,7 +165,7 @@ def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: 
     folder fail until it ends."""
     from rich.markup import escape
 
-    from pipelines.lake.lock import lock_holder
+    from pipelines.lake.locking import lock_holder
 
     for pipeline in pipelines:
         folder = pipeline.lake(root)

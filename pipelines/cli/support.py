@@ -418,7 +418,8 @@ def lake_locks(command: str, folders: Sequence[Path | str]) -> Iterator[None]:
     line naming the first). A stale lock is taken over with a one-line warning."""
     from rich.markup import escape
 
-    from pipelines.lake.lock import command_line, open_lake_lock
+    from pipelines.lake.lock import command_line
+    from pipelines.lake.locking import open_lake_lock
 
     err = make_console(stderr=True)
 

@@ -98,7 +98,8 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 Dagster run; the description names it, and becomes the step's failure).
             RuntimeError: not inside a run (no run end to release the lock at).
         """
-        from pipelines.lake.lock import LakeBusy, open_lake_lock
+        from pipelines.lake.lock import LakeBusy
+        from pipelines.lake.locking import open_lake_lock
 
         folder = p.lake(self.root())
         if folder in self._locked:

@@ -15,7 +15,7 @@ file.
 
 One machine, or a shared file system whose locks work across machines (NFS v4 forwards
 ``flock`` as a POSIX lock). A folder on an object store (``s3://...``) has a lease object
-instead (:mod:`pipelines.lake.lease`); :func:`open_lake_lock` and :func:`lock_holder` choose.
+instead (:mod:`pipelines.lake.lease`); :mod:`pipelines.lake.locking` chooses.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from pipelines.preflight import UserError
 
-__all__ = ["LOCK_FILE", "LakeBusy", "LakeLock", "LockHolder", "command_line", "lock_holder", "open_lake_lock"]
+__all__ = ["LOCK_FILE", "LakeBusy", "LakeLock", "LockHolder", "command_line", "lock_holder"]
 
 #: the lock file's name in the pipeline's folder of the lake
 LOCK_FILE = ".duet.lock"
@@ -192,29 +191,9 @@ class LakeLock:
         self.release()
 
 
-def open_lake_lock(folder: Path | str, command: str, warn: Callable[[str], None] | None = None) -> Any:
-    """The lake lock of the pipeline folder ``folder`` (not taken yet): a :class:`LakeLock`
-    (``flock``) for a local folder, a :class:`pipelines.lake.lease.LeaseLock` (a lease object
-    with conditional puts) for ``s3://...``; both are context managers raising
-    :class:`LakeBusy` when another writer holds the folder."""
-    from batch_layer.delta.storage import is_object_store
-
-    if is_object_store(folder):
-        from pipelines.lake.lease import LeaseLock
-
-        return LeaseLock(str(folder), command, warn=warn)
-    return LakeLock(Path(folder), command, warn=warn)
-
-
-def lock_holder(folder: Path | str) -> LockHolder | None:
-    """Who holds the lake lock of ``folder`` (local, or ``s3://...``: its lease) now; ``None``
-    when nobody does (no file, or a stale one). Takes nothing."""
-    from batch_layer.delta.storage import is_object_store
-
-    if is_object_store(folder):
-        from pipelines.lake.lease import lease_holder
-
-        return lease_holder(str(folder))
+def lock_holder(folder: Path) -> LockHolder | None:
+    """Who holds the lake lock of the local folder ``folder`` now; ``None`` when nobody does
+    (no file, or a stale one). Takes nothing. (Any folder: :func:`pipelines.lake.locking.lock_holder`.)"""
     path = Path(folder) / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
