@@ -227,8 +227,10 @@ def reporter(console: Any) -> Any:
     return RichReporter(console)
 
 
-def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path | str]:
-    """The pipeline a command works on and its folder of the lake (see the module docstring).
+def pipeline_and_lake(ref: str | None, lake: Path | None, *, write: bool = True) -> tuple[Any, Path | str]:
+    """The pipeline a command works on and its folder of the lake (see the module docstring);
+    ``write=False`` for a command that only reads it (an object-store lake is then checked
+    for reading only: :func:`pipelines.lake.root.resolve_lake`).
 
     Raises:
         PipelineError: the reference or the declaration is wrong (one line).
@@ -237,7 +239,7 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path | s
     from pipelines.lake.root import resolve_lake
 
     pipeline, project = resolve_pipeline(ref)
-    return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))
+    return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None, write=write))
 
 
 class CatalogRecorder:

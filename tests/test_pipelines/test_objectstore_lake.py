@@ -201,7 +201,8 @@ def test_duet_run_on_the_object_store(s3_run: dict[str, Any], object_store: Any)
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
 def test_duet_query_answers_from_the_store(s3_run: dict[str, Any], object_store: Any, kafka_bootstrap: str) -> None:
-    env = _cli_env(object_store, kafka_bootstrap)
+    """With the read-only identity: a reader needs no write permission."""
+    env = {**_cli_env(object_store, kafka_bootstrap), **object_store.env(reader=True)}
     env.pop("KAFKA_BOOTSTRAP_SERVERS")  # the published views alone
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "query", "departures_hourly", "EWR", "--json",
                            "--lake", s3_run["root"]], env=env, cwd=s3_run["cwd"], capture_output=True, text=True,
