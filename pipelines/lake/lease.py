@@ -38,12 +38,34 @@ from typing import Any
 
 from pipelines.lake.lock import LOCK_FILE, LakeBusy, LockHolder
 
-__all__ = ["LEASE_TTL_S", "LeaseLock", "lease_holder"]
+__all__ = ["LEASE_TTL_S", "LEASE_ENV", "lease_ttl_s", "LeaseLock", "lease_holder"]
 
 log = logging.getLogger(__name__)
 
-#: how long a lease lasts without renewal (s); the holder renews it every third of that
-LEASE_TTL_S = float(os.environ.get("DUET_LAKE_LEASE_S", "60"))
+#: how long a lease lasts without renewal (s) by default; the holder renews it every third of that
+LEASE_TTL_S = 60.0
+#: the environment variable that sets another lease length (s)
+LEASE_ENV = "DUET_LAKE_LEASE_S"
+
+
+def lease_ttl_s() -> float:
+    """``$DUET_LAKE_LEASE_S`` (s, > 0), else :data:`LEASE_TTL_S`.
+
+    Raises:
+        UserError: the variable is not a number of seconds > 0 (the message names it)."""
+    from pipelines.preflight import UserError
+
+    text = os.environ.get(LEASE_ENV, "").strip()
+    if not text:
+        return LEASE_TTL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise UserError(f"{LEASE_ENV}={text!r}: expected the lake lock's lease length in seconds, a number > 0 "
+                        f"(default {LEASE_TTL_S:.0f})")
+    return value
 
 
 def _client() -> Any:
@@ -86,7 +108,7 @@ class LeaseLock:
         folder: the pipeline's folder of the lake, ``s3://bucket/prefix/<name>``.
         command: the holder's command line, named to a second writer.
         warn: receives the one-line warning when an expired lease is taken over (default: stderr).
-        ttl_s: the lease's length (s, default :data:`LEASE_TTL_S`); renewed every ``ttl_s / 3``.
+        ttl_s: the lease's length (s, default :func:`lease_ttl_s`); renewed every ``ttl_s / 3``.
     """
 
     def __init__(self, folder: str, command: str, warn: Callable[[str], None] | None = None,
@@ -95,7 +117,7 @@ class LeaseLock:
         self.bucket, self.key = _split(self.folder)
         self.path = f"s3://{self.bucket}/{self.key}"
         self.command = command
-        self.ttl_s = LEASE_TTL_S if ttl_s is None else ttl_s
+        self.ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
         self._warn = warn or (lambda message: print(message, file=sys.stderr))
         self._client = _client()
         self._etag: str | None = None
