@@ -6,8 +6,8 @@ session's SeaweedFS (the ``object_store`` fixture), each test under a prefix of 
   writers of which one wins;
 * ``duet run --limit 2000 --lake s3://...`` (the session's broker; Spark, s3a through
   hadoop-aws): 100 % agreement, every check passed, the tables on the store, nothing written
-  to a local folder named ``s3:``; ``duet query`` and the HTTP API answer from the store; two
-  serving apps on it answer the same version after a publish.
+  to a local folder named ``s3:``; ``duet query`` answers from the store with a read-only
+  identity; two ``duet serve`` on it answer the same version after a publish, never a part.
 
 See docs/object-storage.md.
 """
@@ -217,27 +217,62 @@ def test_duet_query_answers_from_the_store(s3_run: dict[str, Any], object_store:
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
-def test_two_serving_apps_answer_the_same_version_after_a_publish(s3_run: dict[str, Any], object_store: Any,
-                                                                 s3_env: dict[str, str]) -> None:
-    """Two API processes' apps (two indexes) on one object-store lake: after a publish both
-    answer the new version with the same rows; neither answers a version in between."""
+def test_two_duet_serve_answer_the_same_version_after_a_publish(s3_run: dict[str, Any], object_store: Any,
+                                                               kafka_bootstrap: str, s3_env: dict[str, str]) -> None:
+    """Two ``duet serve`` processes (the read-only identity) on one object-store lake: before
+    and after a publish both answer the same version with the same rows, and every answer
+    in between is one whole version, the old or the new one (Delta's atomic commit)."""
+    import httpx
     from deltalake import DeltaTable
-    from fastapi.testclient import TestClient
 
     from batch_layer.delta.storage import delta_storage_options
-    from serving.api.app import create_app
     from serving.views.batch import read_batch_watermark
     from serving.views.publish import served_view_path, write_served_view
+    from speed_layer.runtime.kraft_config import free_ports
 
     folder = f"{s3_run['root']}/flights"
-    apps = [TestClient(create_app(folder, refresh_interval_s=0)) for _ in range(2)]
+    env = {**_cli_env(object_store, kafka_bootstrap), **object_store.env(reader=True)}
+    env.pop("KAFKA_BOOTSTRAP_SERVERS")  # the published views alone
+    ports = free_ports(2)
+    procs = [subprocess.Popen([sys.executable, "-m", "pipelines.cli", "serve", "--lake", s3_run["root"],
+                               "--port", str(port)], env=env, cwd=s3_run["cwd"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for port in ports]
     url = "/views/departures_hourly/keys/EWR?limit=1000"
-    before = [app.get(url).json() for app in apps]
-    assert before[0]["version"] == before[1]["version"] and before[0]["rows"] == before[1]["rows"]
-    assert before[0]["rows"]
-    served = DeltaTable(served_view_path(folder, "departures_hourly"), storage_options=delta_storage_options())
-    version = write_served_view(folder, "departures_hourly", served.to_pandas(), read_batch_watermark(folder))
-    assert version == before[0]["version"] + 1
-    after = [app.get(url).json() for app in apps]
-    assert [a["version"] for a in after] == [version, version]
-    assert after[0]["rows"] == after[1]["rows"] == before[0]["rows"]
+    try:
+        clients = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) for port in ports]
+
+        def answers() -> list[dict[str, Any]]:
+            return [c.get(url).json() for c in clients]
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                before = answers()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                    [p.stderr.read()[-2000:] for p in procs if p.poll() is not None]
+                time.sleep(0.5)
+        assert before[0]["version"] == before[1]["version"] and before[0]["rows"] == before[1]["rows"] != []
+        served = DeltaTable(served_view_path(folder, "departures_hourly"), storage_options=delta_storage_options())
+        df = served.to_pandas()
+        cut = sorted(r["window_start"] for r in before[0]["rows"])[len(before[0]["rows"]) // 2]
+        df = df[(df["key"] != "EWR") | (df["window_start"] >= cut)]  # the new version: EWR's later half
+        expected = {version: rows for version, rows in (
+            (before[0]["version"], before[0]["rows"]),
+            (before[0]["version"] + 1, [r for r in before[0]["rows"] if r["window_start"] >= cut]))}
+        version = write_served_view(folder, "departures_hourly", df, read_batch_watermark(folder))
+        assert version == before[0]["version"] + 1 and 0 < len(expected[version]) < len(before[0]["rows"])
+        deadline = time.monotonic() + 60  # duet serve looks for new versions every 5 s
+        while True:
+            now = answers()
+            assert all(a["version"] in expected and a["rows"] == expected[a["version"]] for a in now), now
+            if [a["version"] for a in now] == [version, version]:
+                break
+            assert time.monotonic() < deadline, [a["version"] for a in now]
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(30)
