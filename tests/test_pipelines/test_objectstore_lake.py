@@ -74,6 +74,26 @@ def test_lake_files_and_roots_on_the_store(object_store: Any, s3_env: dict[str, 
     assert _objects(object_store, prefix) == []
 
 
+def test_the_lake_root_from_the_environment_the_project_and_dagster(object_store: Any, s3_env: dict[str, str],
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$DUET_LAKE``, ``[tool.duet] lake`` and the Dagster ``LakeResource`` take an
+    ``s3://`` root as the ``--lake`` flag does (no local folder ``s3:`` made of it)."""
+    from pipelines.dagster.resources import LakeResource
+    from pipelines.declaration.resolve import find_project
+    from pipelines.lake.root import resolve_lake
+
+    root = f"s3://{object_store.bucket}/{_prefix()}"
+    (tmp_path / "pyproject.toml").write_text(f'[tool.duet]\npipeline = "x:pipeline"\nlake = "{root}"\n')
+    project = find_project(tmp_path)
+    assert project is not None and project.lake == root
+    monkeypatch.delenv("DUET_LAKE", raising=False)
+    assert resolve_lake(None, project.lake) == root
+    monkeypatch.setenv("DUET_LAKE", root + "/")
+    assert resolve_lake(None) == root and LakeResource().root() == root
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("s3")]
+
+
 def test_lease_lock_admits_one_writer_and_is_renewed(object_store: Any, s3_env: dict[str, str]) -> None:
     from pipelines.lake.lease import LeaseLock
     from pipelines.lake.lock import LakeBusy
