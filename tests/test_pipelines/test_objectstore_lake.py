@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from pipelines.examples.flights import pipeline as flights
+from pipelines_testkit import log_lines
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT = 2000
@@ -205,6 +206,8 @@ def test_duet_run_on_the_object_store(s3_run: dict[str, Any], object_store: Any)
     assert summary["agreement"] == {v: 1.0 for v in flights.view_names}, summary.get("differences")
     assert all(summary["compared"][v] > 0 for v in flights.view_names), summary["compared"]
     assert summary["checks"] == {v: True for v in flights.view_names}, summary.get("check_failures")
+    assert summary["unexplained"] == {v: 0 for v in flights.view_names}, summary.get("differences")
+    assert log_lines(proc.stderr, summary["dead_lettered"]) == [], proc.stderr[-5000:]  # a quiet happy path
     keys = _objects(object_store, f"{s3_run['prefix']}/flights")
     base = f"{object_store.bucket}/{s3_run['prefix']}/flights"
     for part in ("raw/flights/_delta_log/", *(f"views/{v}/_delta_log/" for v in flights.view_names),
