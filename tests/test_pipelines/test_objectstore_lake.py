@@ -299,3 +299,40 @@ def test_two_duet_serve_answer_the_same_version_after_a_publish(s3_run: dict[str
             proc.terminate()
         for proc in procs:
             proc.wait(30)
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_dagster_assets_and_checks_on_the_store(object_store: Any, kafka_bootstrap: str,
+                                                s3_env: dict[str, str]) -> None:
+    """The Dagster resources on an ``s3://`` root: the raw archive, a day's batch views (Spark
+    through s3a, in this process) and their blocking checks; the run's lease is gone after it."""
+    import dagster as dg
+
+    from pipelines.dagster import KafkaResource, LakeResource, SparkResource, view_asset_key
+    from pipelines.dagster.assets import batch_views, raw_assets
+    from pipelines.dagster.checks import view_checks
+    from pipelines.job.steps import load_data, reset_pipeline
+
+    prefix = _prefix()
+    root = f"s3://{object_store.bucket}/{prefix}"
+    reset_pipeline(flights, kafka_bootstrap, flights.lake(root))
+    load_data(flights, kafka_bootstrap, limit=300)
+    resources = {"kafka": KafkaResource(bootstrap_servers=kafka_bootstrap), "lake": LakeResource(path=root),
+                 "spark": SparkResource()}
+    instance = dg.DagsterInstance.ephemeral()
+    raws = raw_assets(flights)
+    assert dg.materialize(raws, resources=resources, instance=instance).success
+    res = dg.materialize([*(dg.AssetSpec(a.key) for a in raws), batch_views(flights), *view_checks(flights)],
+                         partition_key="2013-01-01", resources=resources, instance=instance)
+    assert res.success
+    mats = {m.materialization.asset_key: m.materialization for m in res.get_asset_materialization_events()}
+    assert set(mats) == {view_asset_key(flights, v) for v in flights.view_names}
+    assert mats[view_asset_key(flights, "departures_hourly")].metadata["rows"].value > 0
+    evaluations = res.get_asset_check_evaluations()
+    assert len(evaluations) == 4 and all(ev.passed for ev in evaluations)
+    keys = _objects(object_store, f"{prefix}/flights")
+    base = f"{object_store.bucket}/{prefix}/flights"
+    assert f"{base}/quality/departures_hourly.json" in keys and f"{base}/.duet.lock" not in keys
+    assert any(k.startswith(f"{base}/views/departures_hourly/_delta_log/") for k in keys)
