@@ -15,6 +15,11 @@ configured from the standard AWS settings (docs/object-storage.md, "Spark").
 
 The keys go into the Hadoop configuration object only: not into ``SparkConf`` (the UI's
 environment page, event logs) nor any message.
+
+The S3A jars (~660 MB, most of it the AWS SDK bundle) sit beside Delta's in
+``.duet/jars/delta`` but join a session's ``spark.jars`` only when it may need them
+(:func:`s3a_jars_wanted`): a ``local`` master copies every jar of ``spark.jars`` into its
+temporary folder at start, which a local lake should not pay for.
 """
 
 from __future__ import annotations
@@ -26,9 +31,36 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["s3a_settings", "configure_s3a"]
+__all__ = ["S3A_ENV", "S3A_JAR_PREFIXES", "want_s3a_jars", "s3a_jars_wanted", "is_s3a_jar", "s3a_settings",
+           "configure_s3a"]
 
 log = logging.getLogger(__name__)
+
+#: set to ``1`` to give every Spark session of a process the S3A jars
+S3A_ENV = "DUET_SPARK_S3A"
+#: the file names of the S3A jars in the Delta jars folder (``jvm/delta/pom.xml``)
+S3A_JAR_PREFIXES = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+_wanted = False
+
+
+def want_s3a_jars() -> None:
+    """Say that this process works on an object-store lake: the Spark session it starts from
+    now on gets the S3A jars (``pipelines.lake.root.resolve_lake`` calls it for ``s3://``)."""
+    global _wanted
+    _wanted = True
+
+
+def s3a_jars_wanted() -> bool:
+    """A Spark session started now gets the S3A jars: :func:`want_s3a_jars` was called,
+    ``$DUET_SPARK_S3A`` is ``1``, or ``$DUET_LAKE`` is an ``s3://``/``s3a://`` root."""
+    from batch_layer.delta.storage import is_object_store
+
+    return _wanted or os.environ.get(S3A_ENV, "").strip() == "1" or is_object_store(os.environ.get("DUET_LAKE"))
+
+
+def is_s3a_jar(name: str) -> bool:
+    """``name`` (a jar's file name) is one of the S3A jars."""
+    return name.startswith(S3A_JAR_PREFIXES)
 
 
 def s3a_settings(bucket: str, env: dict[str, str] | None = None) -> dict[str, str]:
@@ -85,8 +117,19 @@ def configure_s3a(spark: "SparkSession", location: str, env: dict[str, str] | No
     if is_connect(spark):
         log.debug("Spark Connect session: the server's own spark.hadoop.fs.s3a.* settings apply")
         return
+    from .errors import BatchLayerError
+
     uri = spark_uri(location)
     bucket = uri[len("s3a://"):].split("/", 1)[0]
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    try:
+        jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem", False,
+                                    jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
+    except Exception:  # noqa: BLE001 - py4j's error for a ClassNotFoundException
+        raise BatchLayerError(
+            f"the Spark session cannot read {uri.split('/', 3)[0]}//{bucket}: it was started without the S3A jars "
+            f"(hadoop-aws; `make setup` puts them in the Delta jars folder). Start the session after the lake is "
+            f"resolved, or set {S3A_ENV}=1 (or DUET_LAKE=s3://...) before it starts") from None
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     changed = False
     for key, value in s3a_settings(bucket, env).items():
@@ -94,6 +137,5 @@ def configure_s3a(spark: "SparkSession", location: str, env: dict[str, str] | No
             conf.set(key, value)
             changed = True
     if changed:
-        jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
         root = jvm.java.net.URI(f"s3a://{bucket}/")
         jvm.org.apache.hadoop.fs.FileSystem.get(root, conf).close()  # drops the cached one, if any

@@ -50,7 +50,10 @@ _CHECKED: dict[str, bool] = {}
 
 
 def _object_store_root(text: str, write: bool) -> str:
+    from batch_layer.spark_s3a import want_s3a_jars
     from pipelines.lake.uri import check_s3_lake, parse_s3_lake
+
+    want_s3a_jars()  # a Spark session this process starts reads s3a://
 
     match = _S3.match(text)
     assert match is not None
