@@ -112,9 +112,7 @@ def configure_s3a(spark: "SparkSession", location: str, env: dict[str, str] | No
     configuration (docs/object-storage.md)."""
     from batch_layer.delta.storage import spark_uri
 
-    from .spark import is_connect
-
-    if is_connect(spark):
+    if type(spark).__module__.startswith("pyspark.sql.connect"):  # batch_layer.spark.is_connect (no import cycle)
         log.debug("Spark Connect session: the server's own spark.hadoop.fs.s3a.* settings apply")
         return
     from .errors import BatchLayerError
