@@ -31,6 +31,7 @@ from speed_layer.topology import Topology
 from .compiler import BatchOptions, compile_topology
 from .delta.io import lake_location, local_path
 from .delta.layout import LakeLayout
+from .delta.storage import delta_uri, is_object_store, spark_uri, storage_options, write_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,6 +115,10 @@ def run_batch(
         raise BatchLayerError(
             f"lake URI {lake!r} has no authority: give it in full, e.g. hdfs://namenode:8020/lake or s3a://bucket/lake"
         )
+    if is_object_store(lake):  # s3a:// reads and writes with the AWS settings of this process
+        from .spark_s3a import configure_s3a
+
+        configure_s3a(spark, str(lake))
     plan = compile_topology(topology, views=views, config=config, options=options)
     frames = plan.execute(spark, lake, input_frames=input_frames)
     try:
@@ -171,13 +176,14 @@ def _rows_of(spark: "SparkSession", path: str | Path) -> int:
     from deltalake import DeltaTable
 
     try:
-        col = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("num_records")
+        col = pa.table(DeltaTable(delta_uri(path), storage_options=storage_options(path))
+                       .get_add_actions(flatten=True)).column("num_records")
     except Exception as e:  # noqa: BLE001 - a log delta-rs cannot read: Spark counts
         log.debug("row count of %s from delta-rs failed (%s: %s); counting with Spark", path, type(e).__name__, e)
     else:
         if col.null_count == 0:
             return int(sum(col.to_pylist()))
-    return spark.read.format("delta").load(str(path)).count()
+    return spark.read.format("delta").load(spark_uri(path)).count()
 
 
 def _write_json(path: str | Path, doc: dict[str, Any]) -> None:
@@ -190,6 +196,9 @@ def _write_json(path: str | Path, doc: dict[str, Any]) -> None:
     """
     text = json.dumps(doc, indent=2) + "\n"
     local = local_path(path)
+    if local is None and is_object_store(path):
+        write_text(path, text)  # one PutObject (s3:// and s3a:// alike, AWS settings of the environment)
+        return
     if local is None:
         from pyarrow import fs as pafs
 
@@ -218,7 +227,8 @@ def read_view(lake: str | Path, store: str) -> "pd.DataFrame":
     import pandas as pd
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(view_path(lake, store))).to_pyarrow_table()
+    path = view_path(lake, store)
+    table = DeltaTable(delta_uri(path), storage_options=storage_options(path)).to_pyarrow_table()
     df = table.to_pandas()
     for c in ("window_start", "window_end", "timestamp"):
         df[c] = df[c].astype(pd.Int64Dtype())

@@ -298,7 +298,10 @@ def _classic_session(
     driver_host: str | None,
     conf: Mapping[str, str] | None,
 ) -> SparkSession:
-    jars = [str(j) for j in delta_jars(jars_dir)]
+    from .spark_s3a import is_s3a_jar, s3a_jars_wanted
+
+    s3a = s3a_jars_wanted()  # the S3A jars only for a process on an object-store lake (batch_layer.spark_s3a)
+    jars = [str(j) for j in delta_jars(jars_dir) if s3a or not is_s3a_jar(j.name)]
     extra = dict(conf or {})
     if extra.get("spark.jars"):
         jars += [j for j in extra.pop("spark.jars").split(",") if j.strip()]

@@ -103,15 +103,17 @@ def check_port_free(host: str, port: int, flag: str = "--port") -> None:
             raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; check --host") from None
 
 
-def check_lake_served(lake: Path) -> None:
-    """The lake holds published views (``<lake>/serving/_views.json``).
+def check_lake_served(lake: Path | str) -> None:
+    """The lake holds published views (``<lake>/serving/_views.json``); ``lake`` a local path
+    or an object-store folder (``s3://bucket/prefix/<pipeline>``).
 
     Raises:
         UserError: the lake folder or its serving catalogue does not exist yet.
     """
+    from batch_layer.delta.storage import exists
     from serving.views.model import catalogue_path
 
-    if not lake.exists():
+    if not exists(lake):
         raise UserError(f"no lake at {lake}: run `duet run` (or `duet batch`) first, or pass --lake")
-    if not catalogue_path(lake).exists():
+    if not exists(catalogue_path(lake)):
         raise UserError(f"the lake at {lake} has no published views yet: run `duet run` or `duet batch` first")

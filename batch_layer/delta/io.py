@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+from batch_layer.delta.storage import delta_uri, spark_uri, storage_options
+
 if TYPE_CHECKING:
     import pyarrow.compute as pc
     from pyspark.sql import DataFrame, SparkSession
@@ -110,17 +112,18 @@ def write_table(
             writer = writer.option("overwriteSchema", "true")
         if partition_by:
             writer = writer.partitionBy(*partition_by)
-        writer.save(str(path))
+        writer.save(spark_uri(path))
         return
     from deltalake import write_deltalake
 
     data = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
     write_deltalake(
-        str(path),
+        delta_uri(path),
         data,
         mode=mode,
         partition_by=partition_by,
         schema_mode="overwrite" if mode == "overwrite" else None,
+        storage_options=storage_options(path),
     )
 
 
@@ -129,7 +132,7 @@ def read_table(spark: SparkSession, path: str | Path, version: int | None = None
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    return reader.load(str(path))
+    return reader.load(spark_uri(path))
 
 
 def table_exists(path: str | Path) -> bool:
@@ -140,7 +143,7 @@ def table_exists(path: str | Path) -> bool:
     if local is None:
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(str(lake_location(path)))
+        return DeltaTable.is_deltatable(delta_uri(lake_location(path)), storage_options=storage_options(path))
     log = local / "_delta_log"
     return log.is_dir() and any(log.glob("*.json"))
 
@@ -158,7 +161,7 @@ def read_arrow(
     """
     from deltalake import DeltaTable
 
-    dt = DeltaTable(str(path), version=version)
+    dt = DeltaTable(delta_uri(path), version=version, storage_options=storage_options(path))
     return dt.to_pyarrow_dataset().to_table(columns=columns, filter=filter)
 
 
@@ -168,4 +171,4 @@ def table_version(path: str | Path) -> int | None:
         return None
     from deltalake import DeltaTable
 
-    return DeltaTable(str(path)).version()
+    return DeltaTable(delta_uri(path), storage_options=storage_options(path)).version()

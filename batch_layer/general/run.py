@@ -229,13 +229,14 @@ class GeneralRun:
             raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
         from ..delta.io import local_path
         from ..delta.layout import LakeLayout
+        from ..delta.storage import spark_uri
 
         path = LakeLayout(self.lake).raw_table(topic)
         local = local_path(path)
         if local is not None and not (local / "_delta_log").is_dir():
             raise BatchLayerError(f"raw table of topic {topic!r} not found at {path}: ingest the topic first "
                                   "(batch_layer.ingest.ingest_topic) or pass input_frames")
-        return self.spark.read.format("delta").load(str(path)).select(*cols)
+        return self.spark.read.format("delta").load(spark_uri(path)).select(*cols)
 
     def input_rows(self, topic: str) -> "DataFrame":
         """``topic``'s records as task input rows (:data:`INPUT_SCHEMA`)."""

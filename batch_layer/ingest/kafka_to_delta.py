@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from batch_layer.delta.io import local_path, read_arrow, table_exists
 from batch_layer.delta.layout import LakeLayout
+from batch_layer.delta.storage import delta_uri, spark_uri, storage_options
 from batch_layer.errors import BatchLayerError
 
 if TYPE_CHECKING:
@@ -323,9 +324,9 @@ def _append(spark: SparkSession | None, path: str | Path, table: pa.Table, write
     if writer == "spark":
         assert spark is not None
         df = spark.createDataFrame(table)
-        df.write.format("delta").mode("append").save(str(path))
+        df.write.format("delta").mode("append").save(spark_uri(path))
         return
     from deltalake import write_deltalake
 
-    write_deltalake(str(path), table, mode="append")
+    write_deltalake(delta_uri(path), table, mode="append", storage_options=storage_options(path))
 

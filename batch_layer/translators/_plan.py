@@ -183,7 +183,10 @@ def _delta_splits(path: str | Path) -> tuple[int, bool]:
         import pyarrow as pa
         from deltalake import DeltaTable
 
-        sizes = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+        from ..delta.storage import delta_uri, storage_options
+
+        table = DeltaTable(delta_uri(path), storage_options=storage_options(path))
+        sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
     except Exception:  # noqa: BLE001 - unknown: assume it needs spreading
         return 0, False
     return sum(-(-int(s) // _SPLIT_BYTES) for s in sizes), sum(int(s) for s in sizes) < _SMALL_BYTES
@@ -236,6 +239,7 @@ class ExecContext:
                 raise BatchLayerError(f"no input frame for topic {topic!r} and no lake to read it from")
             from ..delta.io import local_path
             from ..delta.layout import LakeLayout
+            from ..delta.storage import spark_uri
 
             # the lake may be a URI (s3a://bucket/lake, file:///data/lake): joined with "/"
             path = LakeLayout(self.lake).raw_table(topic)
@@ -247,7 +251,7 @@ class ExecContext:
             if local is not None and not (local / "_delta_log").is_dir():
                 raise BatchLayerError(missing)
             try:
-                df = self.spark.read.format("delta").load(str(path)).select(*cols)
+                df = self.spark.read.format("delta").load(spark_uri(path)).select(*cols)
             except Exception as e:
                 if local is not None:
                     raise

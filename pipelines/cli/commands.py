@@ -388,7 +388,7 @@ def serve(
     from serving.api.pages import About
 
     with user_errors("serve"):
-        pipeline, root = pipeline_and_lake(pipeline_ref, lake)
+        pipeline, root = pipeline_and_lake(pipeline_ref, lake, write=False)
         check_lake_served(root)
         check_port_free(host, port)
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
@@ -424,7 +424,7 @@ def query(
 
     console = make_console()
     with user_errors("query"):
-        _, root = pipeline_and_lake(pipeline_ref, lake)
+        _, root = pipeline_and_lake(pipeline_ref, lake, write=False)
         check_lake_served(root)
         index = ViewIndex(root, refresh_interval_s=0)
         if list_views or not view:

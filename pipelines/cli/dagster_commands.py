@@ -165,7 +165,7 @@ def _say_how_to_fill(pipelines: list[Any], root: Path, embedded: bool, console: 
     folder fail until it ends."""
     from rich.markup import escape
 
-    from pipelines.lake.lock import lock_holder
+    from pipelines.lake.locking import lock_holder
 
     for pipeline in pipelines:
         folder = pipeline.lake(root)
@@ -292,7 +292,8 @@ def backfill(
     launched: dict[str, str] = {}
     with interrupts("backfill", lambda: _backfill_kept(launched, url)), user_errors("backfill"):
         declared, folder = pipeline_and_lake(pipeline_ref, None)
-        pipeline = loaded_pipeline(declared, folder.parent)  # the UI's partitions: the years loaded
+        root = folder.parent if isinstance(folder, Path) else folder.rsplit("/", 1)[0]  # s3://bucket/prefix
+        pipeline = loaded_pipeline(declared, root)  # the UI's partitions: the years loaded
         keys = partitions_def(pipeline).get_partition_keys()
         if not keys:
             raise UserError(f"pipeline {pipeline.name!r} has no daily partition yet (its partitions start "

@@ -227,8 +227,10 @@ def reporter(console: Any) -> Any:
     return RichReporter(console)
 
 
-def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
-    """The pipeline a command works on and its folder of the lake (see the module docstring).
+def pipeline_and_lake(ref: str | None, lake: Path | None, *, write: bool = True) -> tuple[Any, Path | str]:
+    """The pipeline a command works on and its folder of the lake (see the module docstring);
+    ``write=False`` for a command that only reads it (an object-store lake is then checked
+    for reading only: :func:`pipelines.lake.root.resolve_lake`).
 
     Raises:
         PipelineError: the reference or the declaration is wrong (one line).
@@ -237,7 +239,7 @@ def pipeline_and_lake(ref: str | None, lake: Path | None) -> tuple[Any, Path]:
     from pipelines.lake.root import resolve_lake
 
     pipeline, project = resolve_pipeline(ref)
-    return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None))
+    return pipeline, pipeline.lake(resolve_lake(lake, project.lake if project else None, write=write))
 
 
 class CatalogRecorder:
@@ -412,13 +414,14 @@ class BackgroundSpark:
 
 # --------------------------------------------------------------------------- the lake lock
 @contextlib.contextmanager
-def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
+def lake_locks(command: str, folders: Sequence[Path | str]) -> Iterator[None]:
     """Hold the lake lock (:mod:`pipelines.lake.lock`) of each pipeline folder in ``folders``
     for the block; the second writer fails with :class:`~pipelines.lake.lock.LakeBusy` (one
     line naming the first). A stale lock is taken over with a one-line warning."""
     from rich.markup import escape
 
-    from pipelines.lake.lock import LakeLock, command_line
+    from pipelines.lake.lock import command_line
+    from pipelines.lake.locking import open_lake_lock
 
     err = make_console(stderr=True)
 
@@ -427,15 +430,19 @@ def lake_locks(command: str, folders: Sequence[Path]) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         for folder in folders:
-            stack.enter_context(LakeLock(folder, command_line(), warn=warn))
+            stack.enter_context(open_lake_lock(folder, command_line(), warn=warn))
         yield
 
 
-def lake_tables(folder: Path) -> list[str]:
-    """The parts of a pipeline's lake folder that hold tables (``raw``, ``views``, ``serving``,
-    ``quality``), those present and not empty."""
+def lake_tables(folder: Path | str) -> list[str]:
+    """The parts of a pipeline's lake folder (local or ``s3://...``) that hold tables
+    (``raw``, ``views``, ``serving``, ``quality``), those present and not empty."""
+    from batch_layer.delta.io import join_location
     from batch_layer.delta.layout import LakeLayout
+    from batch_layer.delta.storage import is_object_store, list_names
 
+    if is_object_store(folder):
+        return [part for part in LakeLayout.PARTS if list_names(join_location(folder, part))]
     return [part for part in LakeLayout.PARTS
             if (folder / part).is_dir() and any((folder / part).iterdir())]
 

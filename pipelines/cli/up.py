@@ -174,15 +174,17 @@ def _chosen_ref(ref: str | None) -> tuple[str, Path | None]:
     return chosen or DEFAULT_PIPELINE, project.root if project else None
 
 
-def _ensure_catalogue(pipeline: Any, folder: Path) -> None:
+def _ensure_catalogue(pipeline: Any, folder: Path | str) -> None:
     """A lake folder without published views gets their catalogue, with no batch yet (serving
     then answers from the speed layer alone; the first recompute publishes the batch)."""
+    from batch_layer.delta.storage import exists
     from serving.views import publish
     from serving.views.model import catalogue_path
 
-    if catalogue_path(folder).exists():
+    if exists(catalogue_path(folder)):
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(folder, Path):
+        folder.mkdir(parents=True, exist_ok=True)
     with lake_locks("up", [folder]):
         publish(folder, pipeline.view_specs.values(), {}, {}, None)
 

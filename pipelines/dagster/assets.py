@@ -105,13 +105,14 @@ def raw_asset(p: Pipeline, topic: str) -> dg.AssetsDefinition:
     )
     def _raw(context: dg.AssetExecutionContext, kafka: KafkaResource, lake: LakeResource) -> dg.MaterializeResult:
         from batch_layer.delta.layout import LakeLayout
+        from batch_layer.delta.storage import delta_uri, storage_options
         from batch_layer.ingest import ingest_topic
         from deltalake import DeltaTable
 
         folder = lake.writable(p)
         result = ingest_topic(None, kafka.bootstrap(p), topic, folder)
         path = LakeLayout(folder).raw_table(topic)
-        table = DeltaTable(str(path))
+        table = DeltaTable(delta_uri(path), storage_options=storage_options(path))
         rows = table.to_pyarrow_dataset().count_rows()
         context.log.info(f"{topic}: {result.records_added} records added, {rows} archived")
         return dg.MaterializeResult(

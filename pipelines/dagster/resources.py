@@ -57,15 +57,17 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     pipeline's folder at the same time fail one another.
     """
 
-    path: str = Field(default="", description="Lake root; empty: $DUET_LAKE, else <repo>/lake.")
+    path: str = Field(default="", description="Lake root, a local folder or s3://bucket/prefix (AWS settings from "
+                      "the environment); empty: $DUET_LAKE, else <repo>/lake.")
     _stack: Optional[ExitStack] = PrivateAttr(default=None)
     _holder: str = PrivateAttr(default="")
     _log: Any = PrivateAttr(default=None)
-    _locked: Set[Path] = PrivateAttr(default_factory=set)
+    _locked: Set[Any] = PrivateAttr(default_factory=set)
 
-    def root(self) -> Path:
-        """The lake root as an absolute path (not a pipeline's folder: see
-        :meth:`pipelines.declaration.pipeline.Pipeline.lake`)."""
+    def root(self) -> Path | str:
+        """The lake root: an absolute path, or ``s3://bucket/prefix`` (checked reachable and
+        writable: :func:`pipelines.lake.root.resolve_lake`); not a pipeline's folder: see
+        :meth:`pipelines.declaration.pipeline.Pipeline.lake`."""
         from pipelines.lake.root import resolve_lake
 
         return resolve_lake(self.path or None)
@@ -85,7 +87,7 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 self._stack = None
                 self._locked = set()
 
-    def writable(self, p: Pipeline) -> Path:
+    def writable(self, p: Pipeline) -> Path | str:
         """``p``'s folder of the lake, for a step that writes it: the first call of a run takes
         the folder's lake lock (its holder: ``dagster run <run id> (job <name>)``, this
         process; without the job for Dagster's implicit asset jobs, as the UI's "Materialize"
@@ -96,7 +98,8 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
                 Dagster run; the description names it, and becomes the step's failure).
             RuntimeError: not inside a run (no run end to release the lock at).
         """
-        from pipelines.lake.lock import LakeBusy, LakeLock
+        from pipelines.lake.lock import LakeBusy
+        from pipelines.lake.locking import open_lake_lock
 
         folder = p.lake(self.root())
         if folder in self._locked:
@@ -105,7 +108,7 @@ class LakeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             raise RuntimeError(f"LakeResource.writable({p.name!r}) outside a run: the lake lock of {folder} is held "
                                "for a run; materialize the asset in a run (dg.materialize, a job)")
         try:
-            self._stack.enter_context(LakeLock(folder, self._holder, warn=self._warn))
+            self._stack.enter_context(open_lake_lock(folder, self._holder, warn=self._warn))
         except LakeBusy as exc:
             raise dg.Failure(description=str(exc)) from None
         self._locked.add(folder)

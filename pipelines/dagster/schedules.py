@@ -96,7 +96,7 @@ def request_for_new_data(p: Pipeline, instance: Optional[dg.DagsterInstance], ka
     holds ``p``'s lake lock, or when the cluster does not answer; else
     :func:`recompute_request` on the records not yet archived (``run_key`` ``None``: their end
     offsets)."""
-    from pipelines.lake.lock import lock_holder
+    from pipelines.lake.locking import lock_holder
 
     if instance is not None:
         active = instance.get_run_records(dg.RunsFilter(job_name=job_name(p), statuses=_ACTIVE), limit=1)

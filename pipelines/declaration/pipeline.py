@@ -277,9 +277,14 @@ class Pipeline(Declared):
         """``duet-<name>-service``: the stable application id of ``duet speed``."""
         return f"duet-{self.name.replace('_', '-')}-service"
 
-    def lake(self, root: str | Path) -> Path:
+    def lake(self, root: str | Path) -> Path | str:
         """The pipeline's folder of the lake: ``<root>/<name>`` (``raw/``, ``views/``,
-        ``serving/``, ``quality/``)."""
+        ``serving/``, ``quality/``): a ``Path`` for a local root, ``"s3://bucket/prefix/<name>"``
+        for an object-store root (``s3://`` or ``s3a://``, :mod:`batch_layer.delta.storage`)."""
+        from batch_layer.delta.storage import delta_uri, is_object_store
+
+        if is_object_store(root):
+            return f"{delta_uri(root).rstrip('/')}/{self.name}"
         return Path(root) / self.name
 
     def expectations(self, name: str) -> list[ExpectationSpec]:

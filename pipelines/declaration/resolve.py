@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.declaration.pipeline import Pipeline, PipelineError
+from batch_layer.delta.storage import is_object_store
 
 __all__ = ["DEFAULT_PIPELINE", "EXAMPLE_PIPELINES", "PIPELINE_ENV", "Project", "find_project", "load_pipeline",
            "resolve_pipeline", "project_modules", "project_roots"]
@@ -49,7 +50,7 @@ class Project:
 
     root: Path
     pipeline: str | None
-    lake: Path | None
+    lake: Path | str | None  # a local path, or an object-store URI (s3://bucket/prefix)
 
 
 def find_project(start: Path | None = None) -> Project | None:
@@ -75,6 +76,8 @@ def find_project(start: Path | None = None) -> Project | None:
         if unknown:
             raise PipelineError(f"{path}: [tool.duet] has unknown key {unknown[0]!r}; allowed: pipeline, lake")
         lake = table.get("lake")
+        if lake and is_object_store(lake):
+            return Project(folder, table.get("pipeline"), str(lake))
         return Project(folder, table.get("pipeline"), (folder / lake).resolve() if lake else None)
     return None
 

@@ -106,7 +106,7 @@ class RunOptions:
             ``duet run`` defaults to 1); a live replay (``backlog=False``) runs one.
     """
 
-    lake: Path
+    lake: Path | str
     limit: int | None = None
     scale: int = 1
     load: bool = True

@@ -106,11 +106,10 @@ def _delete_old_groups(pipeline: Pipeline, bootstrap: str, groups: Sequence[str]
 
 
 def _remove_lake_entry(path: Path | str) -> None:
-    path = Path(path)
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
+    """Remove a table (folder) or file of the lake, local or on an object store; none there is fine."""
+    from batch_layer.delta.storage import remove
+
+    remove(path)
 
 
 def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, *, inputs: bool = True) -> None:
@@ -134,7 +133,10 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     from pipelines.speed.live_groups import check_not_running
     from speed_layer.admin import delete_topics
 
-    lake = Path(lake)
+    from batch_layer.delta.io import join_location
+    from batch_layer.delta.storage import is_object_store
+
+    lake = lake if is_object_store(lake) else Path(lake)
     layout = LakeLayout(lake)
     dlq = (pipeline.dlq_topic,) if pipeline.dlq_topic else ()
     topics = [*pipeline.view_names, *dlq, *(pipeline.input_topics if inputs else ())]
@@ -151,7 +153,7 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     _remove_lake_entry(layout.batch_info)
     _remove_lake_entry(layout.catalogue)
     if bootstrap and inputs:  # the input topics are gone, and the copies of the sample data they held
-        _remove_lake_entry(lake / LOADED_FILE)
+        _remove_lake_entry(join_location(lake, LOADED_FILE))
     _remove_old_state(pipeline)
 
 

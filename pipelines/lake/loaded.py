@@ -23,31 +23,36 @@ __all__ = ["LOADED_FILE", "record_loaded", "loaded_copies", "loaded_pipeline"]
 LOADED_FILE = "_loaded.json"
 
 
-def loaded_copies(folder: Path) -> int:
-    """The copies recorded in the pipeline's lake folder ``folder``; 1 without a (readable) record."""
+def loaded_copies(folder: Path | str) -> int:
+    """The copies recorded in the pipeline's lake folder ``folder`` (local or ``s3://...``); 1
+    without a (readable) record."""
+    from batch_layer.delta.io import join_location
+    from batch_layer.delta.storage import read_text
+
     try:
-        copies = json.loads((folder / LOADED_FILE).read_text())["copies"]
+        copies = json.loads(read_text(join_location(folder, LOADED_FILE)) or "")["copies"]
     except (OSError, ValueError, KeyError, TypeError):
         return 1
     return copies if isinstance(copies, int) and copies >= 1 else 1
 
 
-def record_loaded(folder: Path, copies: int) -> int:
+def record_loaded(folder: Path | str, copies: int) -> int:
     """Record that the topics of the pipeline whose lake folder is ``folder`` hold copies
     ``0 .. copies-1`` of its sample data (the larger of ``copies`` and the record's, written
     atomically); returns the copies recorded. One copy and no record: nothing is written (no
     record means one copy), so a plain ``duet load`` leaves the lake as it found it."""
+    from batch_layer.delta.io import join_location
+    from batch_layer.delta.storage import exists, write_text
+
     copies = max(copies, loaded_copies(folder))
-    if copies <= 1 and not (folder / LOADED_FILE).exists():
+    record = join_location(folder, LOADED_FILE)
+    if copies <= 1 and not exists(record):
         return 1
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{LOADED_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps({"copies": copies}) + "\n")
-    os.replace(tmp, folder / LOADED_FILE)
+    write_text(record, json.dumps({"copies": copies}) + "\n")  # atomic: temp file + rename, or one PutObject
     return copies
 
 
-def loaded_pipeline(p: Pipeline, root: Path) -> Pipeline:
+def loaded_pipeline(p: Pipeline, root: Path | str) -> Pipeline:
     """``p`` with partitions over the copies of its sample data recorded in its folder of the
     lake ``root`` (``p`` itself when they are its declared ones).
 

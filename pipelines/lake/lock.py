@@ -14,7 +14,8 @@ takes it over with a one-line warning. A normal exit (or an exception, or Ctrl-C
 file.
 
 One machine, or a shared file system whose locks work across machines (NFS v4 forwards
-``flock`` as a POSIX lock).
+``flock`` as a POSIX lock). A folder on an object store (``s3://...``) has a lease object
+instead (:mod:`pipelines.lake.lease`); :mod:`pipelines.lake.locking` chooses.
 """
 
 from __future__ import annotations
@@ -191,8 +192,8 @@ class LakeLock:
 
 
 def lock_holder(folder: Path) -> LockHolder | None:
-    """Who holds the lake lock of ``folder`` now; ``None`` when nobody does (no file, or a
-    stale one). Takes nothing."""
+    """Who holds the lake lock of the local folder ``folder`` now; ``None`` when nobody does
+    (no file, or a stale one). Takes nothing. (Any folder: :func:`pipelines.lake.locking.lock_holder`.)"""
     path = Path(folder) / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from batch_layer.delta.storage import delta_storage_options, s3_filesystem
 from pipelines.preflight import UserError
 
 __all__ = ["S3Lake", "LakeUnreachable", "is_object_store_uri", "parse_s3_lake",
@@ -66,23 +67,6 @@ def parse_s3_lake(uri: str) -> S3Lake:
     return S3Lake(bucket=parts.netloc, prefix=parts.path.strip("/"))
 
 
-def delta_storage_options(env: dict[str, str] | None = None) -> dict[str, str]:
-    """delta-rs ``storage_options`` for an S3 lake from the AWS settings in ``env``
-    (default ``os.environ``): delta-rs reads ``AWS_*`` from the environment itself, so
-    this adds only what the environment cannot say: plain-http endpoints are allowed when
-    ``AWS_ENDPOINT_URL`` is ``http://``; commits use the store's conditional put
-    (``If-None-Match: *``), so two writers never overwrite each other's log entry
-    (docs/object-storage.md, "Commit protocol")."""
-    env = os.environ if env is None else env
-    options = {"conditional_put": "etag"}
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
-    if endpoint.startswith("http://"):
-        options["allow_http"] = "true"
-    if not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
-        options["region"] = "us-east-1"
-    return options
-
-
 def _cause(exc: BaseException) -> str:
     """A short cause from an S3 client error (pyarrow's messages carry the AWS error name)."""
     text = " ".join(str(exc).split())
@@ -115,18 +99,9 @@ def check_s3_lake(uri: str, env: dict[str, str] | None = None, *, write: bool = 
     env = dict(os.environ if env is None else env)
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     where = f" (endpoint {endpoint})" if endpoint else ""
-    kwargs: dict[str, object] = {"connect_timeout": 3.0, "request_timeout": 4.0,
-                                 "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-                                 "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=1)}
-    if endpoint:
-        scheme, _, host = endpoint.partition("://")
-        kwargs.update(endpoint_override=host, scheme=scheme)
-    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        kwargs.update(access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env["AWS_SECRET_ACCESS_KEY"],
-                      session_token=env.get("AWS_SESSION_TOKEN"))
     started = time.monotonic()
     try:
-        s3 = fs.S3FileSystem(**kwargs)
+        s3 = s3_filesystem(env, connect_timeout=3.0, request_timeout=4.0, retries=1)
         info = s3.get_file_info(lake.bucket)
         if info.type == fs.FileType.NotFound:
             raise LakeUnreachable(f"lake {lake.uri}: the bucket {lake.bucket} does not exist{where}")

@@ -251,7 +251,9 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
             at the app's startup, stopped at its shutdown); ``None``: the published snapshots
             alone.
     """
-    lake = Path(lake)
+    from batch_layer.delta.storage import is_object_store
+
+    lake = lake if is_object_store(lake) else Path(lake)  # s3://bucket/prefix: read with delta-rs and pyarrow
     index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     served = ServedViews(index)
     if bootstrap is not None:

@@ -111,7 +111,7 @@ def _error_page(request: Request, status: int, message: str) -> HTMLResponse:
                         status_code=status)
 
 
-def _watermark(lake: Path) -> tuple[int | None, str | None]:
+def _watermark(lake: Path | str) -> tuple[int | None, str | None]:
     try:
         wm = read_batch_watermark(lake)
     except ServingError:
@@ -198,7 +198,7 @@ class About:
     views: Mapping[str, str] = field(default_factory=dict)
 
 
-def pages_router(index: ViewIndex, lake: Path, about: About | None = None,
+def pages_router(index: ViewIndex, lake: Path | str, about: About | None = None,
                  served: ServedViews | None = None) -> APIRouter:
     """The ``/ui`` routes over ``index`` (the app's view index) and ``lake``; ``about``
     titles the index and describes its views; with ``served`` live (a broker), a key's charts

@@ -355,12 +355,12 @@ def run_suite(view: str, df: pd.DataFrame, expectations: list[ExpectationSpec]) 
     return QualityResult.from_gx_json(view, doc, evaluated_at=when)
 
 
-def quality_path(lake: Path | str, view: str) -> Path:
-    """``<lake>/quality/<view>.json``."""
-    return Path(LakeLayout(lake).quality_result(view))
+def quality_path(lake: Path | str, view: str) -> Path | str:
+    """``<lake>/quality/<view>.json`` (a ``Path``, or ``s3://...`` on an object store)."""
+    return LakeLayout(lake).quality_result(view)
 
 
-def save_result(lake: Path | str, result: QualityResult) -> Path:
+def save_result(lake: Path | str, result: QualityResult) -> Path | str:
     """Write ``result`` atomically to ``<lake>/quality/<view>.json``; returns the path."""
     path = quality_path(lake, result.view)
     atomic_write_json(path, result.model_dump(mode="json"))
@@ -370,14 +370,18 @@ def save_result(lake: Path | str, result: QualityResult) -> Path:
 def load_results(lake: Path | str) -> dict[str, QualityResult]:
     """All stored results by view (file stem). Unreadable files are skipped with a warning;
     raw GX ``to_json_dict()`` documents are converted."""
-    folder = Path(LakeLayout(lake).quality_folder)
+    from batch_layer.delta.io import join_location
+    from batch_layer.delta.storage import list_names, read_text
+
+    folder = LakeLayout(lake).quality_folder
     out: dict[str, QualityResult] = {}
-    if not folder.is_dir():
-        return out
-    for path in sorted(folder.glob("*.json")):
+    for name in list_names(folder):
+        if not name.endswith(".json"):
+            continue
+        path, stem = join_location(folder, name), name[: -len(".json")]
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            out[path.stem] = QualityResult.from_gx_json(path.stem, doc)
+            doc = json.loads(read_text(path) or "")
+            out[stem] = QualityResult.from_gx_json(stem, doc)
         except Exception as exc:
             log.warning("skipping unreadable quality result %s: %s", path, exc)
     return out

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from batch_layer.delta.layout import LakeLayout
+from batch_layer.delta.storage import delta_uri, storage_options
 from serving._jsonio import read_json_object
 from serving.errors import BatchViewNotFoundError, ServingError
 from serving.views.frames import normalize_view_frame
@@ -15,9 +16,9 @@ from serving.views.frames import normalize_view_frame
 __all__ = ["batch_view_path", "read_batch_view", "read_batch_info", "read_batch_watermark"]
 
 
-def batch_view_path(lake: Path | str, store: str) -> Path:
-    """``<lake>/views/<store>``."""
-    return Path(LakeLayout(lake).batch_view(store))
+def batch_view_path(lake: Path | str, store: str) -> Path | str:
+    """``<lake>/views/<store>`` (a ``Path``, or ``s3://...`` on an object store)."""
+    return LakeLayout(lake).batch_view(store)
 
 
 def read_batch_view(lake: Path | str, store: str) -> pd.DataFrame:
@@ -34,7 +35,7 @@ def read_batch_view(lake: Path | str, store: str) -> pd.DataFrame:
 
     path = batch_view_path(lake, store)
     try:
-        table = DeltaTable(str(path)).to_pyarrow_table()
+        table = DeltaTable(delta_uri(path), storage_options=storage_options(path)).to_pyarrow_table()
     except TableNotFoundError as exc:
         raise BatchViewNotFoundError(f"no batch view {store!r}: {path} is not a Delta table") from exc
     return normalize_view_frame(table.to_pandas(types_mapper=_types_mapper))
@@ -54,7 +55,7 @@ def read_batch_info(lake: Path | str) -> dict[str, Any] | None:
     Raises:
         ServingError: if the file exists but is not a JSON object.
     """
-    return read_json_object(Path(LakeLayout(lake).batch_info), ServingError)
+    return read_json_object(LakeLayout(lake).batch_info, ServingError)
 
 
 def read_batch_watermark(lake: Path | str) -> int | None:

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from batch_layer.delta.io import join_location, table_exists
 from batch_layer.delta.layout import LakeLayout
+from batch_layer.delta.storage import delta_uri, is_object_store, read_text, storage_options
 from serving.errors import ServingError, UnknownKeyError, UnknownViewError
 from serving.views.batch import read_batch_watermark
 from serving.views.frames import normalize_view_frame
@@ -68,7 +70,7 @@ class ViewSnapshot:
         return len(self.frame)
 
     @classmethod
-    def load(cls, spec: ViewSpec, path: Path, version: int,
+    def load(cls, spec: ViewSpec, path: Path | str, version: int,
              fallback_watermark: Callable[[], int | None] = lambda: None) -> ViewSnapshot:
         """Load ``version`` of the Delta table at ``path``; its watermark from the commit info,
         else ``fallback_watermark()``."""
@@ -77,7 +79,7 @@ class ViewSnapshot:
         recorded, watermark_ms = _commit_watermark(path, version)
         if not recorded:
             watermark_ms = fallback_watermark()
-        table = DeltaTable(str(path), version=version).to_pyarrow_table()
+        table = DeltaTable(delta_uri(path), version=version, storage_options=storage_options(path)).to_pyarrow_table()
         return cls.from_frame(spec, version, table.to_pandas(), watermark_ms)
 
     @classmethod
@@ -103,7 +105,7 @@ class ViewSnapshot:
                    watermark_ms=watermark_ms)
 
 
-def _commit_watermark(path: Path, version: int) -> tuple[bool, int | None]:
+def _commit_watermark(path: Path | str, version: int) -> tuple[bool, int | None]:
     """``(recorded, watermark_ms)`` from the commit info of ``version`` of the Delta table at
     ``path`` (its ``_delta_log/<version>.json``); ``(False, None)`` when the commit does not
     record one (written before the watermark was recorded, or its log file cleaned up).
@@ -113,11 +115,11 @@ def _commit_watermark(path: Path, version: int) -> tuple[bool, int | None]:
     """
     from serving.views.publish import WATERMARK_KEY
 
-    log_file = path / "_delta_log" / f"{version:020d}.json"
-    try:
-        lines = log_file.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    log_file = join_location(path, "_delta_log", f"{version:020d}.json")
+    text = read_text(log_file)
+    if text is None:
         return False, None
+    lines = text.splitlines()
     for line in lines:
         info = json.loads(line).get("commitInfo") if line.strip() else None
         if info is not None and WATERMARK_KEY in info:
@@ -223,7 +225,7 @@ class ViewIndex:
         refresh_interval_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.lake = Path(lake)
+        self.lake = lake if is_object_store(lake) else Path(lake)
         self.refresh_interval_s = refresh_interval_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -262,12 +264,12 @@ class ViewIndex:
                 return False
             new: dict[str, ViewSnapshot] = {}
             for name, spec in catalogue.items():
-                path = Path(LakeLayout(self.lake).serving_view(name))
+                path = LakeLayout(self.lake).serving_view(name)
                 previous = old.get(name)
                 try:
-                    if not (path / "_delta_log").is_dir():
+                    if not (table_exists(path) if is_object_store(path) else (path / "_delta_log").is_dir()):
                         continue
-                    version = DeltaTable(str(path)).version()
+                    version = DeltaTable(delta_uri(path), storage_options=storage_options(path)).version()
                     if previous is not None and previous.version == version and previous.spec == spec:
                         new[name] = previous
                     else:

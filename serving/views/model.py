@@ -206,9 +206,9 @@ class ViewSpec(BaseModel):
             raise CatalogueError(f"bad catalogue entry for view {name!r}: {exc}") from exc
 
 
-def catalogue_path(lake: Path | str) -> Path:
-    """``<lake>/serving/_views.json``."""
-    return Path(LakeLayout(lake).catalogue)
+def catalogue_path(lake: Path | str) -> Path | str:
+    """``<lake>/serving/_views.json`` (a ``Path``, or ``s3://...`` on an object store)."""
+    return LakeLayout(lake).catalogue
 
 
 def load_catalogue(lake: Path | str) -> dict[str, ViewSpec]:
@@ -221,7 +221,7 @@ def load_catalogue(lake: Path | str) -> dict[str, ViewSpec]:
     return {name: ViewSpec.from_catalogue(name, entry) for name, entry in sorted(raw.items())}
 
 
-def save_catalogue(lake: Path | str, specs: dict[str, ViewSpec] | list[ViewSpec]) -> Path:
+def save_catalogue(lake: Path | str, specs: dict[str, ViewSpec] | list[ViewSpec]) -> Path | str:
     """Write the catalogue atomically (temp file + rename), replacing its content.
 
     Returns:

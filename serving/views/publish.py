@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from batch_layer.delta.layout import LakeLayout
+from batch_layer.delta.storage import delta_uri, storage_options
 from serving.views.frames import to_arrow
 from serving.views.merge import merge_view
 from serving.views.model import ViewSpec, load_catalogue, save_catalogue
@@ -19,9 +20,9 @@ __all__ = ["WATERMARK_KEY", "served_view_path", "write_served_view", "publish"]
 WATERMARK_KEY = "duet.batch_watermark_ms"
 
 
-def served_view_path(lake: Path | str, view: str) -> Path:
-    """``<lake>/serving/<view>``."""
-    return Path(LakeLayout(lake).serving_view(view))
+def served_view_path(lake: Path | str, view: str) -> Path | str:
+    """``<lake>/serving/<view>`` (a ``Path``, or ``s3://...`` on an object store)."""
+    return LakeLayout(lake).serving_view(view)
 
 
 def write_served_view(lake: Path | str, view: str, merged: pd.DataFrame,
@@ -37,11 +38,12 @@ def write_served_view(lake: Path | str, view: str, merged: pd.DataFrame,
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
     path = served_view_path(lake, view)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(path), to_arrow(merged, with_source=True), mode="overwrite",
-                    schema_mode="overwrite",
+    if isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_deltalake(delta_uri(path), to_arrow(merged, with_source=True), mode="overwrite",
+                    schema_mode="overwrite", storage_options=storage_options(path),
                     commit_properties=CommitProperties(custom_metadata={WATERMARK_KEY: watermark_ms}))
-    return DeltaTable(str(path)).version()
+    return DeltaTable(delta_uri(path), storage_options=storage_options(path)).version()
 
 
 def publish(

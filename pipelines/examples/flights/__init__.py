@@ -40,19 +40,21 @@ def sample_copy(k: int, limit: int | None = None) -> Sample:
                   count=n if limit is None else min(n, limit))
 
 
-def busiest_hours(lake: Path, n: int = 5) -> Highlights | None:
+def busiest_hours(lake: Path | str, n: int = 5) -> Highlights | None:
     """The ``n`` hours with the most departures (all origins) in the served
     ``departures_hourly``; ``None`` before it is published."""
     import json
     from datetime import datetime, timezone
 
+    from batch_layer.delta.io import table_exists
     from batch_layer.delta.layout import LakeLayout
+    from batch_layer.delta.storage import delta_uri, storage_options
     from deltalake import DeltaTable
 
-    path = Path(LakeLayout(lake).serving_view("departures_hourly"))
-    if not path.exists():
+    path = LakeLayout(lake).serving_view("departures_hourly")
+    if not table_exists(path):
         return None
-    df = DeltaTable(str(path)).to_pandas()
+    df = DeltaTable(delta_uri(path), storage_options=storage_options(path)).to_pandas()
     rows = []
     if not df.empty:
         values = [json.loads(v) for v in df["value"]]

@@ -27,18 +27,20 @@ def sample(limit: int | None = None) -> Sample:
     return Sample(tables=data.tables, events=data.events[:limit] if limit is not None else data.events)
 
 
-def top_categories(lake: Path, n: int = 8) -> Highlights | None:
+def top_categories(lake: Path | str, n: int = 8) -> Highlights | None:
     """The ``n`` categories with the most revenue in the served ``revenue_by_category``;
     ``None`` before it is published."""
     import json
 
+    from batch_layer.delta.io import table_exists
     from batch_layer.delta.layout import LakeLayout
+    from batch_layer.delta.storage import delta_uri, storage_options
     from deltalake import DeltaTable
 
-    path = Path(LakeLayout(lake).serving_view("revenue_by_category"))
-    if not path.exists():
+    path = LakeLayout(lake).serving_view("revenue_by_category")
+    if not table_exists(path):
         return None
-    df = DeltaTable(str(path)).to_pandas()
+    df = DeltaTable(delta_uri(path), storage_options=storage_options(path)).to_pandas()
     rows = []
     for key, value, source in zip(df["key"], df["value"], df["source"]):
         v = json.loads(value)
