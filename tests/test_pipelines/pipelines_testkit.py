@@ -94,3 +94,26 @@ def log_lines(stderr: str, dead_lettered: int = 0) -> list[str]:
     if len(dead) != dead_lettered:
         out.append(f"{len(dead)} dead-letter WARNING lines for {dead_lettered} dead-lettered records")
     return out
+
+
+def wait_for_dagster_ui(proc: "subprocess.Popen[bytes]", url: str, log: Path, timeout_s: float = 300) -> None:
+    """Wait until the Dagster webserver of ``duet ui`` (``proc``) answers ``url/server_info``;
+    fails the test with the end of ``log`` if it exits, kills it after ``timeout_s``."""
+    import time
+
+    import httpx
+    import pytest
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"duet ui exited with {proc.returncode}:\n{log.read_text()[-5000:]}")
+        try:
+            if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the Dagster UI did not answer within {timeout_s:.0f} s")
+        time.sleep(2)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import httpx
 import pandas as pd
 import pytest
 
@@ -34,6 +33,7 @@ from pipelines.dagster.client import DagsterClient
 from pipelines.dagster.home import STORAGE_ENV, ensure_dagster_home, sqlalchemy_url
 from pipelines.dagster.keys import CHECK_NAME, view_asset_key
 from pipelines.dagster.postgres_server import start_postgres, stop_postgres
+from pipelines_testkit import wait_for_dagster_ui
 
 pytestmark = [pytest.mark.timeout(900)]
 
@@ -93,19 +93,9 @@ def _start_ui(args: list[str], env: dict[str, str], log: Path) -> tuple[subproce
     out = log.open("a")
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ui", *args, "--port", str(port)], env=env,
                             stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"duet ui exited with {proc.returncode}:\n{log.read_text()[-5000:]}")
-        try:
-            if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("the Dagster UI did not answer within 300 s")
-        time.sleep(2)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_dagster_ui(proc, url, log)
+    return proc, url
 
 
 def _stop_ui(proc: subprocess.Popen[bytes]) -> None:

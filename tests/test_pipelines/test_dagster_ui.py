@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pipelines_testkit import wait_for_dagster_ui
 from pipelines.dagster.client import DagsterClient
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.browser, pytest.mark.timeout(1500)]
@@ -115,19 +116,7 @@ def ui(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"duet ui exited with {proc.returncode}:\n{(tmp / 'duet-ui.log').read_text()[-5000:]}")
-        try:
-            if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("the Dagster UI did not answer within 300 s")
-        time.sleep(2)
+    wait_for_dagster_ui(proc, url, tmp / "duet-ui.log")
     try:
         yield DagsterUI(url=url, lake=lake, bootstrap=kafka_bootstrap, client=DagsterClient(url), runs={},
                         speed_server=speed_server)
