@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,18 +33,13 @@ from pipelines.dagster.home import STORAGE_ENV, ensure_dagster_home, sqlalchemy_
 from pipelines.dagster.keys import CHECK_NAME, view_asset_key
 from pipelines.dagster.postgres_server import start_postgres, stop_postgres
 from pipelines_testkit import wait_for_dagster_ui
+from speed_layer.runtime.kraft_config import free_ports
 
 pytestmark = [pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 SHOP = "pipelines.examples.shop:pipeline"
 LIMIT = 400
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +49,7 @@ def postgres_url() -> Iterator[str]:
     folder = Path(tempfile.mkdtemp(prefix="duet-pg-"))
     os.chmod(folder, 0o755)
     try:
-        yield start_postgres(folder, _free_port())
+        yield start_postgres(folder, free_ports(1)[0])
     finally:
         stop_postgres(folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -89,7 +83,7 @@ def test_the_catalog_writer_records_into_postgres(postgres_url: str, tmp_path: P
 
 
 def _start_ui(args: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_ports(1)[0]
     out = log.open("a")
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "ui", *args, "--port", str(port)], env=env,
                             stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
