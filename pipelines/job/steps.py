@@ -105,13 +105,6 @@ def _delete_old_groups(pipeline: Pipeline, bootstrap: str, groups: Sequence[str]
         log.debug("deleting consumer groups failed: %s", exc)
 
 
-def _remove_lake_entry(path: Path | str) -> None:
-    """Remove a table (folder) or file of the lake, local or on an object store; none there is fine."""
-    from batch_layer.delta.storage import remove
-
-    remove(path)
-
-
 def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, *, inputs: bool = True) -> None:
     """Forget earlier runs of ``pipeline`` (see :mod:`pipelines.job.main_job`).
 
@@ -134,7 +127,7 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
     from speed_layer.admin import delete_topics
 
     from batch_layer.delta.io import join_location
-    from batch_layer.delta.storage import is_object_store
+    from batch_layer.delta.storage import is_object_store, remove
 
     lake = lake if is_object_store(lake) else Path(lake)
     layout = LakeLayout(lake)
@@ -145,15 +138,15 @@ def reset_pipeline(pipeline: Pipeline, bootstrap: str | None, lake: str | Path, 
         delete_topics(bootstrap, [*topics, *_old_run_topics(pipeline, bootstrap)], timeout_s=60)
         _delete_old_groups(pipeline, bootstrap, groups)
     for topic in (t for t in topics if t in pipeline.archived_topics):
-        _remove_lake_entry(layout.raw_table(topic))
+        remove(layout.raw_table(topic))
     for view in pipeline.view_names:
-        _remove_lake_entry(layout.batch_view(view))
-        _remove_lake_entry(layout.serving_view(view))
-        _remove_lake_entry(layout.quality_result(view))
-    _remove_lake_entry(layout.batch_info)
-    _remove_lake_entry(layout.catalogue)
+        remove(layout.batch_view(view))
+        remove(layout.serving_view(view))
+        remove(layout.quality_result(view))
+    remove(layout.batch_info)
+    remove(layout.catalogue)
     if bootstrap and inputs:  # the input topics are gone, and the copies of the sample data they held
-        _remove_lake_entry(join_location(lake, LOADED_FILE))
+        remove(join_location(lake, LOADED_FILE))
     _remove_old_state(pipeline)
 
 
