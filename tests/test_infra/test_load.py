@@ -82,10 +82,15 @@ def test_load_prefixed_and_read_back(kafka_bootstrap: str, unique_name: str) -> 
     )
 
 
-def _librdkafka_threads() -> int:
-    """Threads of librdkafka clients in this process (``rdk:main``, ``rdk:broker...``; Linux)."""
-    import os
+# Run in a fresh interpreter: in the test process, clients of other tests (a fixture's
+# consumer, a client closing in the background) start and end librdkafka threads of their
+# own while load() runs, and a count there once saw one more thread than before (CI, load ~20).
+_LOAD_THREADS_SCRIPT = """
+import gc, os, sys
+from pipelines.examples.flights import pipeline as flights
+from pipelines.produce.load import load
 
+def rdk_threads():
     n = 0
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -95,22 +100,30 @@ def _librdkafka_threads() -> int:
             pass
     return n
 
+gc.collect()
+before = rdk_threads()
+gc.disable()
+counts = load(flights, sys.argv[1], limit=50, prefix=sys.argv[2])
+after = rdk_threads()
+print(before, after, counts["flights"])
+"""
+
 
 def test_load_closes_its_producer(kafka_bootstrap: str, unique_name: str) -> None:
-    """``load`` returns with its producer closed: no librdkafka thread of it is left, with
-    the cyclic garbage collector off (new topics make the topic creation retry, whose
-    caught errors once kept the loader's frame, and its producer, alive)."""
-    import gc
+    """``load`` returns with its producer closed: no librdkafka thread (``rdk:main``,
+    ``rdk:broker...``; Linux) of it is left, with the cyclic garbage collector off (new topics
+    make the topic creation retry, whose caught errors once kept the loader's frame, and its
+    producer, alive)."""
+    import subprocess
+    import sys
 
-    gc.collect()
-    before = _librdkafka_threads()
-    gc.disable()
-    try:
-        counts = load(flights, kafka_bootstrap, limit=50, prefix=f"{unique_name}-")
-        after = _librdkafka_threads()
-    finally:
-        gc.enable()
-    assert counts["flights"] == 50
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_THREADS_SCRIPT, kafka_bootstrap, f"{unique_name}-"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after, produced = (int(x) for x in done.stdout.split())
+    assert produced == 50
     assert after <= before, f"{after - before} librdkafka threads left by load()"
 
 
