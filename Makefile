@@ -5,8 +5,8 @@
 #                              + Debian's PostgreSQL server (Dagster's storage in the tests)
 #                              + SeaweedFS (weed, built from its pinned Go module: the object store)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
-#   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist processes, one test
-#                              file per worker at a time)
+#   make test PYTEST_ARGS=...  pytest in 2 pytest-xdist workers, one test file per worker at a
+#                              time (TEST_WORKERS=N: N workers; 0: in this process)
 #   make clean                 remove the copied jars and caches (not the venv, not the lake)
 #   make distclean             clean, and remove the venv
 
@@ -26,13 +26,12 @@ MVN ?= mvn
 MVN_FLAGS ?= -q -B
 ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers of make test (0: the tests run in this process, the default). Each
-# worker starts its own broker, Spark session and browser (~3 GiB). On 2 shared cores a fresh
-# clone ran the suite in 31:27 and 30:55 with 2 workers against 39:39 in one process, but the
-# second run failed test_scaled_run (2 speed-layer instances drop 21,167 records as late
-# when both cores are busy with other work; a CPU hog beside it alone reproduces it) and a
-# Dagster UI pixel probe: the default stays one process until that test holds under load.
-TEST_WORKERS ?= 0
+# pytest-xdist workers of make test (0: the tests run in this process). Each worker starts
+# its own broker, Spark session and browser (~3 GiB); --dist loadfile keeps a file's tests (and
+# its module fixtures) on one worker. A fresh clone ran the suite in 32:05 with 2 workers beside
+# three other jobs on this 2-core machine (load 5-12), against 45:46 in one process on a quiet
+# CI machine (issue 42, item 5).
+TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
