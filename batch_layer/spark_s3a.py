@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 #: set to ``1`` to give every Spark session of a process the S3A jars
 S3A_ENV = "DUET_SPARK_S3A"
 #: the file names of the S3A jars in the Delta jars folder (``jvm/delta/pom.xml``)
-S3A_JAR_PREFIXES = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+S3A_JAR_PREFIXES = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-", "slf4j-nop-")
 _wanted = False
 
 
