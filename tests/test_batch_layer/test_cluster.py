@@ -387,7 +387,7 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
     for i in range(2):  # each worker launched an executor of the application, which fetched the S3A jars
         jars = list((tmp_path / "spark" / f"worker{i}" / on_cluster["app_id"]).rglob("*.jar"))
         assert any(p.name.startswith("hadoop-aws-") for p in jars), jars
-        for jar in jars:  # ~660 MB each: not kept in pytest's last three base folders
+        for jar in jars:  # ~660 MB a worker: not kept in pytest's last three base folders
             jar.unlink()
     assert spark.sparkContext.master.startswith("local")
     logs = [*(tmp_path / "spark").glob("*.log"), *(tmp_path / "spark").rglob("stderr"), remote.err]
