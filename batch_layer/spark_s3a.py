@@ -38,8 +38,11 @@ log = logging.getLogger(__name__)
 
 #: set to ``1`` to give every Spark session of a process the S3A jars
 S3A_ENV = "DUET_SPARK_S3A"
-#: the file names of the S3A jars in the Delta jars folder (``jvm/delta/pom.xml``)
-S3A_JAR_PREFIXES = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+#: the file names of the S3A jars in the Delta jars folder (``jvm/delta/pom.xml``): hadoop-aws,
+#: the AWS SDK bundle, the analytics accelerator, and slf4j-nop, the SLF4J 1.x binding the
+#: bundle's shaded SLF4J looks for (without one it prints ``SLF4J: Failed to load class
+#: "org.slf4j.impl.StaticLoggerBinder"`` on stderr; docs/object-storage.md, "SLF4J")
+S3A_JAR_PREFIXES = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-", "slf4j-nop-")
 _wanted = False
 
 

@@ -2,15 +2,19 @@
 
 ``test_flights_batch_on_a_standalone_cluster_equals_local`` starts one master and two
 workers (1 core, 1 GiB each) with ``bin/spark-class`` of the pyspark pip package, runs the
-flights batch recompute (``pipelines.job.steps.run_batch_layer``, what ``duet batch`` runs) on
+flights batch recompute (``pipelines.job.steps.run_batch_layer`` on the root
+``pipelines.lake.root.resolve_lake`` gives, what ``duet batch --master spark://...`` runs) on
 the cluster in a subprocess (a Python process holds one SparkContext, and the other tests
-share a local one), with the master taken from ``$DUET_SPARK_MASTER`` and the lake given as
-a ``file://`` URI, and checks that its Delta views equal those the tests' shared local
-session (``local[*]``) computes from a copy of the lake given as a plain path. To save
-time the cluster's driver starts while the workers boot (it waits for both executors:
-``spark.cores.max=2``, ``spark.scheduler.minRegisteredResourcesRatio=1``) and the local
-reference runs meanwhile. Master and workers are stopped by process group (SIGTERM, then
-SIGKILL), even on failure.
+share a local one), with the master taken from ``$DUET_SPARK_MASTER`` and the lake on the
+tests' object store (``s3://duet/<unique prefix>``, the ``object_store`` fixture): the
+executors get the S3A jars with ``spark.jars`` and the store's endpoint and keys from the
+driver's Hadoop configuration, since the workers are started without any ``AWS_*``
+setting, as on hosts of their own. It checks that the views the cluster wrote to the bucket
+equal those the tests' shared local session (``local[*]``) computes from the same raw
+tables on the local disk. To save time the cluster's driver starts while the workers boot
+(it waits for both executors: ``spark.cores.max=2``,
+``spark.scheduler.minRegisteredResourcesRatio=1``) and the local reference runs meanwhile.
+Master and workers are stopped by process group (SIGTERM, then SIGKILL), even on failure.
 
 The other tests check the configuration surface without starting Spark: master and Connect
 URL validation, the Delta jars folder, lake URIs, ``duet batch --master``.
@@ -200,7 +204,8 @@ class StandaloneCluster:
         props = self.root / "cluster.properties"
         props.write_text("spark.master.rest.enabled false\nspark.worker.cleanup.enabled false\n")
         self.env = {
-            **{k: v for k, v in os.environ.items() if k not in _SPARK_ENV},
+            # no AWS_* settings: the executors get the store's from the driver, as on other hosts
+            **{k: v for k, v in os.environ.items() if k not in _SPARK_ENV and not k.startswith("AWS_")},
             "SPARK_HOME": str(self.spark_home),
             "SPARK_CONF_DIR": str(self.root / "conf"),  # no ambient spark-defaults.conf
             "SPARK_LOCAL_IP": "127.0.0.1",
@@ -281,9 +286,10 @@ import json, sys, time
 from batch_layer.spark import get_spark, stop_spark
 from pipelines.examples.flights import pipeline
 from pipelines.job.steps import run_batch_layer
+from pipelines.lake.root import resolve_lake
 
-lake, conf = sys.argv[1], json.loads(sys.argv[2])
 t0 = time.monotonic()
+lake, conf = resolve_lake(sys.argv[1]), json.loads(sys.argv[2])  # an s3:// root: checked, the S3A jars wanted
 spark = get_spark("duet-cluster-test", conf=conf)  # the master from $DUET_SPARK_MASTER, else local[*]
 sc = spark.sparkContext
 started_s = time.monotonic() - t0
@@ -341,14 +347,18 @@ def _flights_lake(lake: Path) -> None:
 
 
 @pytest.mark.spark
-def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path: Path) -> None:
+def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path: Path, object_store: Any,
+                                                            unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from batch_layer.delta.storage import read_text
     from batch_layer.run import read_view
     from pipelines.examples.flights import pipeline as flights
     from pipelines.job.steps import run_batch_layer
     from pipelines.examples.flights.topology import VIEW_NAMES as VIEWS
 
     t0 = time.monotonic()
-    local_lake, cluster_lake = tmp_path / "lake-local", tmp_path / "lake-cluster"
+    for key, value in object_store.env().items():  # the standard AWS settings: the driver's and delta-rs's
+        monkeypatch.setenv(key, value)
+    local_lake, cluster_lake = tmp_path / "lake-local", object_store.lake_uri(f"cluster/{unique_name}")
     _flights_lake(local_lake)
     _flights_lake(cluster_lake)
     conf = {
@@ -358,7 +368,7 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
     }
     with StandaloneCluster(tmp_path / "spark", workers=2, cores=1, memory="1g") as cluster:
-        remote = Driver("cluster", cluster_lake.as_uri(), tmp_path, cluster.url, conf)
+        remote = Driver("cluster", cluster_lake, tmp_path, cluster.url, conf)
         try:
             local = run_batch_layer(flights, spark, local_lake)  # the reference, while the cluster boots
             cluster.wait_workers()
@@ -374,18 +384,24 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
     assert on_cluster["master"] == cluster.url
     assert on_cluster["executors"] == 2 and on_cluster["parallelism"] == 2
     assert apps[on_cluster["app_id"]]["cores"] == 2 and apps[on_cluster["app_id"]]["state"] == "FINISHED"
-    for i in range(2):  # each worker launched an executor of the application
-        assert list((tmp_path / "spark" / f"worker{i}" / on_cluster["app_id"]).iterdir())
+    for i in range(2):  # each worker launched an executor of the application, which fetched the S3A jars
+        jars = list((tmp_path / "spark" / f"worker{i}" / on_cluster["app_id"]).rglob("*.jar"))
+        assert any(p.name.startswith("hadoop-aws-") for p in jars), jars
+        for jar in jars:  # ~660 MB a worker: not kept in pytest's last three base folders
+            jar.unlink()
     assert spark.sparkContext.master.startswith("local")
+    logs = [*(tmp_path / "spark").glob("*.log"), *(tmp_path / "spark").rglob("stderr"), remote.err]
+    assert not [p for p in logs if object_store.secret_key in p.read_text(errors="replace")]  # executors log at INFO
 
     # same views, same watermark, same _batch.json as the local session
     assert on_cluster["rows"] == local.rows and set(local.rows) == set(VIEWS)
     assert all(n > 0 for n in local.rows.values())
     assert (on_cluster["watermark_ms"], on_cluster["dropped"]) == (local.watermark_ms, local.dropped)
     for view in VIEWS:
-        pd.testing.assert_frame_equal(read_view(cluster_lake.as_uri(), view), read_view(local_lake, view),
+        pd.testing.assert_frame_equal(read_view(cluster_lake, view), read_view(local_lake, view),
                                       check_dtype=True, obj=view)
-    batch_docs = [json.loads((lake / "views" / "_batch.json").read_text()) for lake in (cluster_lake, local_lake)]
+    batch_docs = [json.loads(read_text(f"{cluster_lake}/views/_batch.json") or "null"),
+                  json.loads((local_lake / "views" / "_batch.json").read_text())]
     for doc in batch_docs:
         doc.pop("finished_at")
     assert batch_docs[0] == batch_docs[1]

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import pandas as pd
 import pyarrow as pa
 
-from batch_layer.delta.io import write_table
+from batch_layer.delta.io import join_location, write_table
 from batch_layer.ingest import RAW_SCHEMA
 from batch_layer.run import read_view
 from speed_layer import Serdes
@@ -61,9 +61,10 @@ def produce(topic: str, records: Iterable[tuple[Any, Any, int]], partitions: int
     return out
 
 
-def write_raw(lake: Path, raws: list[Raw], topics: Iterable[str] = ()) -> None:
+def write_raw(lake: Path | str, raws: list[Raw], topics: Iterable[str] = ()) -> None:
     """Write ``<lake>/raw/<topic>`` Delta tables (raw schema of contracts.md) with delta-rs,
-    one per topic of ``raws`` and of ``topics`` (empty when it has no record)."""
+    one per topic of ``raws`` and of ``topics`` (empty when it has no record). ``lake`` is a
+    local path or an ``s3://`` URI (the store's ``AWS_*`` settings in the environment)."""
     topics = sorted({r.topic for r in raws} | set(topics))
     for t in topics:
         rows = [r for r in raws if r.topic == t]
@@ -72,7 +73,7 @@ def write_raw(lake: Path, raws: list[Raw], topics: Iterable[str] = ()) -> None:
               "headers": []} for r in rows],
             schema=RAW_SCHEMA,
         )
-        write_table(table, lake / "raw" / t, mode="overwrite")
+        write_table(table, join_location(lake, "raw", t), mode="overwrite")
 
 
 def write_raw_batch(lake: Path, raws: list[Raw]) -> Path:

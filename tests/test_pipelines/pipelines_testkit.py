@@ -73,9 +73,10 @@ def produce(bootstrap: str, topic: str, records: list[object]) -> int:
 
 
 #: a log line on a command's stderr: Python's logging as the CLI formats it
-#: (``2026-01-01 12:00:00,000 WARNING name: ...``), Spark's log4j (``12:00:00 WARN Class: ...``)
-#: or a JVM notice (``WARNING: ...``)
-_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:,]+ (WARNING|INFO) |\d\d:\d\d:\d\d (WARN|INFO) |WARNING: )")
+#: (``2026-01-01 12:00:00,000 WARNING name: ...``), Spark's log4j (``12:00:00 WARN Class: ...``),
+#: a JVM notice (``WARNING: ...``) or SLF4J's own report (``SLF4J: ...``, ``SLF4J(W): ...``: no
+#: binding, several bindings; e.g. the AWS SDK bundle's, docs/object-storage.md "Spark")
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:,]+ (WARNING|INFO) |\d\d:\d\d:\d\d (WARN|INFO) |WARNING: |SLF4J(\(\w\))?: )")
 
 
 #: the one WARNING of a record sent to the dead-letter topic (``speed_layer.task``'s

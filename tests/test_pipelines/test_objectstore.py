@@ -134,6 +134,23 @@ def test_good_lake_passes_the_check_and_leaves_nothing(object_store) -> None:
     assert _objects(object_store, prefix) == []
 
 
+def test_the_pom_s_jars_beside_delta_s_join_only_object_store_sessions() -> None:
+    """Every jar ``make setup`` copies from ``jvm/delta/pom.xml`` other than Delta's is one of
+    the S3A set (``batch_layer.spark_s3a.is_s3a_jar``): a session on a local lake loads none
+    of them; one on an object store loads them all, slf4j-nop (the AWS SDK bundle's SLF4J 1.x
+    binding) included."""
+    import xml.etree.ElementTree as ET
+
+    from batch_layer.spark_s3a import is_s3a_jar
+
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    deps = ET.parse(REPO / "jvm" / "delta" / "pom.xml").getroot().findall("m:dependencies/m:dependency", ns)
+    names = {f"{d.findtext('m:artifactId', namespaces=ns)}-{d.findtext('m:version', namespaces=ns)}.jar" for d in deps}
+    s3a = {n for n in names if is_s3a_jar(n)}
+    assert names - s3a == {"delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"}
+    assert "slf4j-nop-1.7.36.jar" in s3a and "bundle-2.35.4.jar" in s3a
+
+
 def test_credentials_in_the_uri_are_refused_without_echoing_them() -> None:
     with pytest.raises(UserError) as caught:
         parse_s3_lake("s3://AKIDSECRET:hunter2@bucket/lake")

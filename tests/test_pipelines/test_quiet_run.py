@@ -30,16 +30,18 @@ def test_duet_run_prints_no_warning_or_info_line(tmp_path: Path) -> None:
 
 
 def test_the_log_line_check_sees_each_kind_of_line() -> None:
-    """The check itself: the CLI's logging, Spark's log4j and a JVM notice are log lines; a
+    """The check itself: the CLI's logging, Spark's log4j, a JVM notice and SLF4J's reports are log lines; a
     progress line or an error's one line are not; a dead-lettered record's one WARNING is
     allowed as many times as records were dead-lettered."""
     stderr = ("2026-12-06 04:30:02,370 WARNING speed_layer.timeouts: creating topics [...]\n"
               "2026-12-06 04:32:42,740 INFO great_expectations.data_context.types.base: Created temporary ...\n"
               "WARNING: Using incubator modules: jdk.incubator.vector\n"
               "04:30:02 WARN SparkContext: something\n"
+              'SLF4J: Failed to load class "org.slf4j.impl.StaticLoggerBinder".\n'
+              "SLF4J(W): Class path contains SLF4J bindings targeting slf4j-api versions 1.7.x or earlier.\n"
               "speed  ━━━━━━━━━━ 2,000 records\n"
               "duet run: the lake is busy\n")
-    assert len(log_lines(stderr)) == 4
+    assert len(log_lines(stderr)) == 6
     dead = ("2026-12-06 04:58:13,599 WARNING speed_layer.task: task 0_1: record readings-1@925 sent to "
             "greenhouse-dlq after deserialization error: SerializationException(...)\n")
     assert log_lines(dead, dead_lettered=1) == []
