@@ -149,6 +149,9 @@ class InputBuffers:
         tp_task, eof, fetched = self.tp_task, self.readiness.eof, self.readiness.fetched_next
         limit = self.limit
         last_tp: TP | None = None
+        # the current run's topic and partition, compared per record (no tuple per record)
+        last_topic: str | None = None
+        last_partition = -1
         queue: Any = None
         room = 0
         offset = -1
@@ -164,7 +167,7 @@ class InputBuffers:
                     if over:
                         self._hold(last_tp, over, over_bytes)
                         over, over_bytes = [], 0
-                last_tp = None
+                last_tp, last_topic = None, None
                 tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
                     if tp in tp_task:
@@ -180,8 +183,8 @@ class InputBuffers:
                 log.warning("consumer of %s: %s", self.owner, err.str())
                 continue
             topic, partition = msg.topic(), msg.partition()
-            tp = (topic, partition)
-            if tp != last_tp:
+            if partition != last_partition or topic != last_topic:
+                tp = (topic, partition)
                 task = tp_task.get(tp)
                 if task is None:
                     continue  # revoked meanwhile
@@ -193,7 +196,7 @@ class InputBuffers:
                 eof[tp] = False
                 queue = task.queue(topic, partition)
                 room = 0 if tp in self.held else limit - len(queue)
-                last_tp = tp
+                last_tp, last_topic, last_partition = tp, topic, partition
             offset = msg.offset()
             key, value = msg.key(), msg.value()
             raw = _new_raw(RawRecord, (topic, partition, offset, key, value, msg.timestamp()[1], msg.headers() or ()))
