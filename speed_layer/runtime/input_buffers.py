@@ -118,18 +118,19 @@ class InputBuffers:
         """Move up to ``room`` records held for ``tp`` into its task buffer; True once
         nothing is held for it any more."""
         queue = self.tp_task[tp].queue(*tp)
+        if room >= len(held):  # all of them: one extend, no byte count
+            queue.extend(held)
+            del self.held[tp], self.held_bytes[tp]
+            return True
         n = self.held_bytes[tp]
         popleft, append = held.popleft, queue.append
-        for _ in range(min(room, len(held))):
+        for _ in range(room):
             raw = popleft()
             key, value = raw[3], raw[4]
             n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
             append(raw)
         self.held_bytes[tp] = n
-        if held:
-            return False
-        del self.held[tp], self.held_bytes[tp]
-        return True
+        return False
 
     def forget(self, tp: TP) -> None:
         """Drop what is held for a partition whose task closed."""
