@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
           + ", ".join(f"gen{g} {gc_time[g] * 1e6 / n:.2f} ({gc_time['n' + str(g)]} runs)" for g in range(3)))
     if prof is not None:
         stats = pstats.Stats(prof)
+        print(f"stream thread: {stats.total_calls / n:.2f} function calls per record (cProfile: Python and C functions)")  # type: ignore[attr-defined]
         print("stream thread stages (cProfile, inclusive, thread CPU): calls/record, us/record")
         for label, calls, us in stage_table(stats, n):
             print(f"  {label:<52} {calls:7.3f} {us:7.2f}")
