@@ -10,10 +10,15 @@ with ``--profile``, cProfile's calls per record and inclusive CPU per record
 the executor, ``StreamTask.process``, the collector's ``send`` and ``produce``, delivery
 reports, commits). cProfile's own cost inflates functions that make many calls; the
 unprofiled run's thread CPU is the figure to compare, the profile says how it splits.
-Sampling instead: run without ``--profile`` under ``py-spy record --threads --format raw``.
+Sampling instead: run without ``--profile`` under ``py-spy record --threads --format raw``
+(py-spy from PyPI, not a dependency of the project), then ``--spy-stages FILE --us X``
+splits the stream thread's samples into the same stages, in us per record given the
+thread's X us per record of the sampled run (a C function's time is its caller's line's).
 
     ANCHOR_SCRATCH=... .venv/bin/python bench/bench_stream_loop.py --mode stateless --records 336776
     ANCHOR_SCRATCH=... .venv/bin/python bench/bench_stream_loop.py --mode window --records 336776 --profile
+    py-spy record --threads --format raw -r 200 --nonblocking -o s.raw -- .venv/bin/python bench/bench_stream_loop.py
+    .venv/bin/python bench/bench_stream_loop.py --spy-stages s.raw --us 9.5
 
 Needs the anchors' broker (``broker.py``) and input (``preload.py``); the bootstrap address
 comes from ``$ANCHOR_BOOTSTRAP`` or ``$ANCHOR_SCRATCH/bootstrap.txt``. The machine may be
@@ -175,6 +180,66 @@ def report_threads(before: dict[int, tuple[str, float]], after: dict[int, tuple[
     print(f"  {'process':<24} {total * 1e6 / n:7.2f}")
 
 
+def spy_stage(frames: list[str], produce_line: str) -> str:
+    """The stage of one py-spy stack of the stream thread (``Class.function (file:line)``
+    frames, outermost first)."""
+    names = [f.split(" (")[0] for f in frames]
+    lname = names[-1] if names else ""
+    if {"TaskCommitter.maybe_commit", "TaskCommitter.commit", "StreamThread._close_tasks"} & set(names):
+        return "commits (cache flushes and their sends)"
+    if "KafkaRecordCollector.poll" in names:
+        return "delivery reports (producer.poll)"
+    if "KafkaRecordCollector.send" in names:
+        if lname == "KafkaRecordCollector.send" and frames[-1].endswith(produce_line):
+            return "producer.produce (C)"
+        return "collector send (Python)"
+    if any(n.startswith("sink_sender") for n in names):
+        return "sink: serialize (JSON out)"
+    runs = [i for i, n in enumerate(names) if n in ("StreamTask.process", "StreamTask._process_raw")]
+    if runs:
+        rest = names[runs[-1] + 1:]
+        if not rest:
+            return "task: StreamTask.process itself"
+        if rest[0] in ("_json_loads", "Serdes.String.<locals>.<lambda>"):
+            return "task: deserialize (key, JSON in)"
+        return "task: processors, stores"
+    if "TaskExecutor.process" in names:
+        return "executor: runs, heap, readiness"
+    if "InputBuffers.add" in names:
+        return "InputBuffers.add (accessors, raw records)"
+    if "InputBuffers.pause_resume" in names:
+        return "held records into buffers, pause / resume"
+    if lname == "StreamThread._run_once":
+        return "consume / poll (C: Message objects)"
+    if "StreamThread._run_once" in names:
+        return "loop: other"
+    return "other (start, close)"
+
+
+def spy_stages(path: str, us: float) -> None:
+    """Print the stream thread's samples of the py-spy raw profile ``path`` by stage, in %
+    and in us per record given ``us`` (the thread's CPU us per record of that run)."""
+    import inspect
+    from collections import Counter
+
+    from speed_layer.runtime.record_collector import KafkaRecordCollector
+
+    lines, first = inspect.getsourcelines(KafkaRecordCollector.send)
+    produce_line = next(f":{first + i})" for i, text in enumerate(lines)
+                        if "produce(topic, value, key, partition, report, None, ts)" in text)
+    counts: Counter[str] = Counter()
+    with open(path) as fh:
+        for line in fh:
+            stack, _, n = line.rstrip("\n").rpartition(" ")
+            frames = stack.split(";")
+            if "StreamThread" in frames[0]:
+                counts[spy_stage(frames[1:], produce_line)] += int(n)
+    total = sum(counts.values())
+    for stage, n in counts.most_common():
+        print(f"  {stage:<45} {100 * n / total:5.1f} %  {us * n / total:5.2f} us")
+    print(f"  ({total} samples)")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=["stateless", "window", "window_eos", "raw"], default="stateless",
@@ -184,7 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile the stream thread (thread CPU clock)")
     ap.add_argument("--top", type=int, default=0, help="with --profile: print cProfile's top N functions by own time")
     ap.add_argument("--conf", action="append", default=[], help="extra streams config key=value")
+    ap.add_argument("--spy-stages", metavar="FILE", help="only split a py-spy raw profile of the stream thread by stage")
+    ap.add_argument("--us", type=float, default=1.0, help="with --spy-stages: the thread's CPU us per record of that run")
     args = ap.parse_args(argv)
+    if args.spy_stages:
+        spy_stages(args.spy_stages, args.us)
+        return
     sys.path.insert(0, str(ANCHORS))
     from common import bootstrap  # type: ignore[import-not-found]
     from duet_proc import build, parse_conf  # type: ignore[import-not-found]
