@@ -36,10 +36,8 @@ MISSING_TOPIC_TIMEOUT_S = 30.0
 #: Java's consumer keeps for a paused partition (KAFKA-7548) and librdkafka throws away
 HELD_BYTES_PER_PARTITION = 1_048_576
 #: bytes of held records one stream thread may keep over all its partitions before a
-#: partition holding ``HELD_BYTES_PER_PARTITION`` is paused (see :func:`held_bytes_limit`):
-#: librdkafka's own bound of prefetched records (``queued.max.messages.kbytes``, 64 MiB),
-#: which a pause throws away
-HELD_BYTES_PER_THREAD = 64 * 1_048_576
+#: partition holding ``HELD_BYTES_PER_PARTITION`` is paused (see :func:`held_bytes_limit`)
+HELD_BYTES_PER_THREAD = 16 * 1_048_576
 
 
 def held_bytes_limit(partitions: int) -> int:
@@ -53,11 +51,7 @@ def held_bytes_limit(partitions: int) -> int:
     event time (:class:`.TaskExecutor`) fills one partition's buffer while it waits for
     another's records, so with 1 MB per partition a backlog of 4 partitions paused one
     partition ~40 times in 100 MB (336,776 flights; ~40 % of the bytes fetched twice) and
-    waited for the refetches; with 4 MB each it paused once and ran ~20 % faster. On ten
-    copies of the flights (3 partitions with data) 4 MB each still paused ~25 times per
-    million records, and librdkafka's threads spent 2.7-3.7 us per record refetching; with
-    16 MB each (64 MB per thread) none paused (16 MB held at most) and they spent 1.7 us
-    (issue 45, ``docs/scale-and-benchmarks.md``)."""
+    waited for the refetches; with 4 MB each it paused once and ran ~20 % faster."""
     return max(HELD_BYTES_PER_PARTITION, HELD_BYTES_PER_THREAD // max(1, partitions))
 
 #: ``RawRecord`` is a NamedTuple: ``_new_raw(RawRecord, fields)`` builds one without the

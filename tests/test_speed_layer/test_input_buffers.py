@@ -140,11 +140,10 @@ def test_the_threads_budget_raises_the_pause_threshold_of_few_partitions(monkeyp
     """A partition is paused at ``HELD_BYTES_PER_PARTITION`` (Java's one fetch) or at its
     share of ``HELD_BYTES_PER_THREAD``, whichever is more."""
     mib = 1_048_576
-    assert input_buffers.held_bytes_limit(4) == 16 * mib
-    assert input_buffers.held_bytes_limit(1) == 64 * mib
-    assert input_buffers.held_bytes_limit(0) == 64 * mib
+    assert input_buffers.held_bytes_limit(4) == 4 * mib
+    assert input_buffers.held_bytes_limit(1) == 16 * mib
+    assert input_buffers.held_bytes_limit(0) == 16 * mib
     assert input_buffers.held_bytes_limit(64) == mib
-    assert input_buffers.held_bytes_limit(256) == mib
     monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_PARTITION", 10)
     monkeypatch.setattr(input_buffers, "HELD_BYTES_PER_THREAD", 40)
     task = _Task()
