@@ -118,18 +118,19 @@ class InputBuffers:
         """Move up to ``room`` records held for ``tp`` into its task buffer; True once
         nothing is held for it any more."""
         queue = self.tp_task[tp].queue(*tp)
+        if room >= len(held):  # all of them: one extend, no byte count
+            queue.extend(held)
+            del self.held[tp], self.held_bytes[tp]
+            return True
         n = self.held_bytes[tp]
         popleft, append = held.popleft, queue.append
-        for _ in range(min(room, len(held))):
+        for _ in range(room):
             raw = popleft()
             key, value = raw[3], raw[4]
             n -= (len(key) if key else 0) + (len(value) if value else 0)  # key and value bytes
             append(raw)
         self.held_bytes[tp] = n
-        if held:
-            return False
-        del self.held[tp], self.held_bytes[tp]
-        return True
+        return False
 
     def forget(self, tp: TP) -> None:
         """Drop what is held for a partition whose task closed."""
@@ -149,6 +150,9 @@ class InputBuffers:
         tp_task, eof, fetched = self.tp_task, self.readiness.eof, self.readiness.fetched_next
         limit = self.limit
         last_tp: TP | None = None
+        # the current run's topic and partition, compared per record (no tuple per record)
+        last_topic: str | None = None
+        last_partition = -1
         queue: Any = None
         room = 0
         offset = -1
@@ -164,7 +168,7 @@ class InputBuffers:
                     if over:
                         self._hold(last_tp, over, over_bytes)
                         over, over_bytes = [], 0
-                last_tp = None
+                last_tp, last_topic = None, None
                 tp = (msg.topic(), msg.partition())
                 if err.code() == KafkaError._PARTITION_EOF:
                     if tp in tp_task:
@@ -180,8 +184,8 @@ class InputBuffers:
                 log.warning("consumer of %s: %s", self.owner, err.str())
                 continue
             topic, partition = msg.topic(), msg.partition()
-            tp = (topic, partition)
-            if tp != last_tp:
+            if partition != last_partition or topic != last_topic:
+                tp = (topic, partition)
                 task = tp_task.get(tp)
                 if task is None:
                     continue  # revoked meanwhile
@@ -193,7 +197,7 @@ class InputBuffers:
                 eof[tp] = False
                 queue = task.queue(topic, partition)
                 room = 0 if tp in self.held else limit - len(queue)
-                last_tp = tp
+                last_tp, last_topic, last_partition = tp, topic, partition
             offset = msg.offset()
             key, value = msg.key(), msg.value()
             raw = _new_raw(RawRecord, (topic, partition, offset, key, value, msg.timestamp()[1], msg.headers() or ()))

@@ -204,9 +204,12 @@ class KafkaRecordCollector:
         #: dead letters of failed sends, sent at the next send/poll/flush (not from the
         #: delivery report callback): ``(key, value, timestamp, headers)``
         self._dead_letters: list[tuple[bytes | None, bytes | None, int, Headers]] = []
-        #: per topic sent to: its partition count and the key + value bytes under which a
-        #: record without headers surely fits its ``max.message.bytes`` (``NO_LIMIT``: not known)
-        self._topics: dict[str, tuple[int, int]] = {}
+        #: per topic sent to: its partition count, the key + value bytes under which a
+        #: record without headers surely fits its ``max.message.bytes`` (``NO_LIMIT``: not
+        #: known), its delivery report callback, and whether some of its partitions are
+        #: tracked (cleared when :meth:`track`, :meth:`untrack` or :meth:`report_offsets`
+        #: change these)
+        self._topics: dict[str, tuple[int, int, Any, bool]] = {}
         #: bound once (the hot path: one produce per record)
         self._produce = producer.produce
         self._report = self._on_delivery
@@ -332,16 +335,19 @@ class KafkaRecordCollector:
     def track(self, tp: tuple[str, int]) -> None:
         self.tracked.add(tp)
         self.offset_topics.add(tp[0])
+        self._topics.clear()
 
     def report_offsets(self, topic: str) -> None:
         """Record the acknowledged offsets of ``topic`` in :attr:`acked_offsets` (a
         changelog: checkpoints write them)."""
         self.offset_topics.add(topic)
+        self._topics.clear()
 
     def untrack(self, tp: tuple[str, int]) -> None:
         self.tracked.discard(tp)
         self._acked.pop(tp, None)
         self._unacked.pop(tp, None)
+        self._topics.clear()
 
     def check_error(self) -> None:
         """Raise the first failed send's exception (Kafka's ``RecordCollectorImpl#checkForException``),
@@ -369,11 +375,14 @@ class KafkaRecordCollector:
     def partitions_for(self, topic: str) -> int:
         return self.counts.get(topic, self.producer)
 
-    def _topic(self, topic: str) -> tuple[int, int]:
-        """Partition count and size budget of ``topic`` (see ``_topics``), cached."""
+    def _topic(self, topic: str) -> tuple[int, int, Any, bool]:
+        """Partition count, size budget, delivery report callback and whether partitions
+        of ``topic`` are tracked (see ``_topics``), cached."""
         limit = self.counts.max_message_bytes(topic)
         info = self._topics[topic] = (self.partitions_for(topic),
-                                      NO_LIMIT if limit is None else limit - BATCH_OVERHEAD - RECORD_OVERHEAD_MAX)
+                                      NO_LIMIT if limit is None else limit - BATCH_OVERHEAD - RECORD_OVERHEAD_MAX,
+                                      self._report if topic in self.offset_topics else self._report_error,
+                                      any(tp[0] == topic for tp in self.tracked))
         return info
 
     def _too_large(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> KafkaError | None:
@@ -402,7 +411,7 @@ class KafkaRecordCollector:
         info = self._topics.get(topic)
         if info is None:
             info = self._topic(topic)
-        n, budget = info
+        n, budget, report, tracked = info
         if partition is None:
             partition = partition_for_key(key, n) if key is not None else self.round_robin.next(topic, n)
         elif not 0 <= partition < n:
@@ -417,7 +426,6 @@ class KafkaRecordCollector:
             if too_large is not None:
                 self._send_failed(too_large, topic, partition, key, value, timestamp, hdrs)
                 return
-        report = self._report if topic in self.offset_topics else self._report_error
         while True:
             try:
                 if hdrs is None:
@@ -431,10 +439,10 @@ class KafkaRecordCollector:
             except KafkaException as exc:
                 self._produce_failed(exc, topic, partition, key, value, timestamp, hdrs)
                 return
-        self.sent += 1
-        if self.tracked and (topic, partition) in self.tracked:
+        if tracked and (topic, partition) in self.tracked:
             self._unacked.setdefault((topic, partition), deque()).append(timestamp)
-        if self.sent % POLL_EVERY_SENDS == 0:
+        self.sent = sent = self.sent + 1
+        if not sent % POLL_EVERY_SENDS:
             self.producer.poll(0)
 
     def _produce_failed(self, exc: KafkaException, topic: str, partition: int, key: bytes | None, value: bytes | None,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -36,6 +35,7 @@ from .partition_group import Headers, PartitionGroup, RawRecord
 from .punctuation import PunctuationQueue, PunctuationSchedule
 from .record_errors import RecordErrors
 from .sink_sender import sink_sender
+from .task_metrics import Metrics
 
 log = logging.getLogger("speed_layer.task")
 
@@ -54,28 +54,6 @@ class RecordCollector(Protocol):
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers, partition: int | None) -> None: ...
 
     def partitions_for(self, topic: str) -> int: ...
-
-
-@dataclass
-class Metrics:
-    """Counters per task and name, e.g. ``("0_1", "dropped-records")``."""
-
-    counters: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: store -> ``(key, window_start)`` of windows that records dropped as late would have
-    #: updated (the speed layer's result for them is incomplete; the batch layer's is not)
-    late_windows: dict[str, set[tuple[Any, int]]] = field(default_factory=dict)
-    #: ``(store, key, timestamp)`` of each record an aggregation dropped as late
-    late_records: set[tuple[str, Any, int]] = field(default_factory=set)
-    #: ``(join window store, first ms, last ms)``: the timestamps of stream-stream join
-    #: results lost to expired join window records (``expired-window-record-drop``)
-    expired_join_ranges: set[tuple[str, int, int]] = field(default_factory=set)
-
-    def inc(self, task_id: str, name: str, n: int = 1) -> None:
-        key = (task_id, name)
-        self.counters[key] = self.counters.get(key, 0) + n
-
-    def total(self, name: str) -> int:
-        return sum(v for (_, n), v in self.counters.items() if n == name)
 
 
 class StreamTask:
@@ -147,6 +125,8 @@ class StreamTask:
         #: (topic, id of the sink op) -> (the op, its :meth:`topic_sender`), filled on first use
         self._sink_serdes: dict[tuple[str, int], tuple[Any, ...]] = {}
         self._process_key = (task_id, "process")
+        #: records skipped before their processors (deserialization errors, no valid timestamp)
+        self._skipped = 0
         #: the metrics' counters and the stream-time punctuations' schedules, read per record
         self._counters = self.metrics.counters
         self._stream_time_schedules = self.stream_time_punctuations.schedules
@@ -241,7 +221,34 @@ class StreamTask:
         one's timestamp is ``<= until_ts`` (ms; None: no bound), stopping after a record that
         empties its partition's buffer (:meth:`PartitionGroup.process_run`). Returns the
         number processed."""
-        return self.partition_group.process_run(self.process, until_ts, max_records)
+        return self.partition_group.process_run(self.process, until_ts, max_records, self._run_queue)
+
+    def _run_queue(self, queue: deque[RawRecord], until_ts: int | None, max_records: int) -> int:
+        """:meth:`process_run` of a task with one partition buffered: up to ``max_records``
+        records of ``queue`` in offset order while the head's timestamp is ``<= until_ts``
+        (ms; None: no bound). The consumed offset and the ``process`` counter are updated
+        once for the run (also when a record raises), not per record. Returns the number
+        taken from ``queue``."""
+        process, popleft = self._process_raw, queue.popleft
+        skipped = self._skipped
+        n = 0
+        raw: RawRecord | None = None
+        try:
+            if until_ts is None:
+                for n in range(1, min(max_records, len(queue)) + 1):  # noqa: B007 - n is the count
+                    raw = popleft()
+                    process(raw)
+            else:
+                while n < max_records and queue and queue[0][5] <= until_ts:
+                    n += 1
+                    raw = popleft()
+                    process(raw)
+        finally:
+            if raw is not None:
+                self.consumed_offsets[(raw[0], raw[1])] = raw[2] + 1
+                counters, pk = self._counters, self._process_key
+                counters[pk] = counters.get(pk, 0) + n - (self._skipped - skipped)
+        return n
 
     def may_send_to_own_sources(self) -> bool:
         """Whether a sink of this task's sub-topology may write to one of its source topics:
@@ -278,11 +285,22 @@ class StreamTask:
         return src
 
     def process(self, raw: RawRecord) -> None:
-        """Deserialize, extract the timestamp and run one record through the sub-topology."""
+        """Deserialize, extract the timestamp and run one record through the sub-topology;
+        its offset is consumed and it counts as processed (``process``) unless it was
+        skipped (a deserialization error or no valid timestamp)."""
+        self.consumed_offsets[(raw[0], raw[1])] = raw[2] + 1
+        skipped = self._skipped
+        self._process_raw(raw)
+        if self._skipped == skipped:
+            counters, pk = self._counters, self._process_key
+            counters[pk] = counters.get(pk, 0) + 1
+
+    def _process_raw(self, raw: RawRecord) -> None:
+        """:meth:`process` without the consumed offset and the ``process`` counter (the
+        caller's); a skipped record adds one to ``_skipped``."""
         topic, partition, offset, key, value, ts, headers = raw
         src = self._source_serdes.get(topic) or self._source(topic)
         node, ks, vs, plain_ts, kde, vde, source_process = src
-        self.consumed_offsets[(topic, partition)] = offset + 1
         self._current_raw = raw
         try:
             if key is not None:
@@ -294,19 +312,18 @@ class StreamTask:
                 key = ks.deserialize(raw.key)
                 value = vs.deserialize(raw.value)
             except Exception as exc:  # noqa: BLE001 - routed to the configured handler
+                self._skipped += 1
                 self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
                 self._current_raw = None
                 return
         if not plain_ts or type(ts) is not int or ts < 0:
             ts = self._extract_timestamp(node, raw, key, value)
             if ts is None:
+                self._skipped += 1
                 self._current_raw = None
                 return
         if ts > self.stream_time:
             self.stream_time = ts
-        counters = self._counters
-        pk = self._process_key
-        counters[pk] = counters.get(pk, 0) + 1
         try:
             source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except SerializationException as exc:

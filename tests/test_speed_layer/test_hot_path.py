@@ -23,7 +23,9 @@ CONFIG = {"default.key.serde": S, "default.value.serde": S}
 
 class _FrameDriver(TopologyTestDriver):
     """The test driver whose collector notes, for each record sent, the functions on the
-    stack between ``StreamTask.process`` and this ``send`` (innermost last)."""
+    stack between ``StreamTask._process_raw`` (the record's run through the sub-topology,
+    under ``StreamTask.process`` or a run of ``StreamTask.process_run``) and this ``send``
+    (innermost last)."""
 
     __test__ = False
 
@@ -34,10 +36,10 @@ class _FrameDriver(TopologyTestDriver):
     def send(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Any, partition: int | None) -> None:
         chain: list[str] = []
         f = sys._getframe(1)
-        while f is not None and f.f_code.co_qualname != "StreamTask.process":
+        while f is not None and f.f_code.co_qualname != "StreamTask._process_raw":
             chain.append(f.f_code.co_qualname)
             f = f.f_back
-        assert f is not None, "send was not called under StreamTask.process"
+        assert f is not None, "send was not called under StreamTask._process_raw"
         self.chains.append(chain[::-1])
         super().send(topic, key, value, timestamp, headers, partition)
 

@@ -38,3 +38,29 @@ def test_delivery_reports_by_kind_of_topic(kafka_bootstrap: str, unique_name: st
         collector.flush()
     collector.flush()  # the error is raised once
     collector.close()
+
+
+def test_a_topic_registered_after_sends_gets_its_reports_and_tracking(kafka_bootstrap: str, unique_name: str) -> None:
+    """The collector caches per topic its callback and whether it is tracked: a topic
+    registered as a changelog or tracked after sends to it (a task created later) gets
+    the offsets and the pending timestamps from then on, and untracked, no longer."""
+    topic = f"{unique_name}-late"
+    _create(kafka_bootstrap, topic)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    collector = KafkaRecordCollector(producer, PartitionCounts(kafka_bootstrap, {topic: 2}))
+    collector.send(topic, b"k", b"v", 1_000, [], 1)
+    collector.flush()
+    assert collector.acked_offsets == {}
+    collector.track((topic, 0))
+    collector.send(topic, b"k", b"v", 1_500, [], 0)
+    assert collector.pending_timestamp((topic, 0), 0) == 1_500
+    collector.flush()
+    assert collector.acked_offsets == {(topic, 0): 1}
+    collector.untrack((topic, 0))
+    collector.send(topic, b"k", b"v", 1_700, [], 0)
+    assert collector.pending_timestamp((topic, 0), 0) is None
+    collector.report_offsets(topic)
+    collector.send(topic, b"k", b"v", 1_800, [], 1)
+    collector.flush()
+    assert collector.acked_offsets == {(topic, 0): 2, (topic, 1): 2}
+    collector.close()
