@@ -14,6 +14,13 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: the suite runs in 2 workers beside brokers, Spark and Dagster,
+# and an example that pays a first import or loses its core exceeds hypothesis' 200 ms
+# without being wrong (speed is bench/'s, not a test's). Tests that set their own keep it.
+settings.register_profile("duet", deadline=None)
+settings.load_profile("duet")
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -118,3 +118,17 @@ def wait_for_dagster_ui(proc: "subprocess.Popen[bytes]", url: str, log: Path, ti
             proc.kill()
             pytest.fail(f"the Dagster UI did not answer within {timeout_s:.0f} s")
         time.sleep(2)
+
+
+def cli_startup_s(command: str) -> float:
+    """Wall seconds of ``duet <command> --help`` now: the interpreter's start and the CLI's
+    imports at the machine's current load, the baseline of a "fails at once" bound (a fixed
+    bound failed beside busy processes: ``duet load`` took 8.2 s to refuse a broker at load 20)."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "pipelines.cli", command, "--help"], capture_output=True, check=True,
+                   timeout=120)
+    return time.monotonic() - start

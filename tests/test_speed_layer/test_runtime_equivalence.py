@@ -204,5 +204,7 @@ def test_a_backlog_through_repartitions_is_processed_in_batches(runtime_kit: Any
     m = streams.metrics()
     assert m["dropped-records-late-total"] == 0
     assert m["process-total"] == 3 * n  # the source and both repartition topics
-    assert m["process-records-avg"] >= 50, m
+    # 3 per iteration before; 41 to 200+ since, the fewest at load 20 (a loop that starts
+    # while fetches are still arriving runs what is buffered)
+    assert m["process-records-avg"] >= 20, m
     assert sum(v for _, v in streams.store("per-second").all()) == n
