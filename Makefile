@@ -28,9 +28,9 @@ ARGS ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers of make test (0: the tests run in this process). Each worker starts
 # its own broker, Spark session and browser (~3 GiB); --dist loadfile keeps a file's tests (and
-# its module fixtures) on one worker. A fresh clone ran the suite in 32:05 with 2 workers beside
-# three other jobs on this 2-core machine (load 5-12), against 45:46 in one process on a quiet
-# CI machine (issue 42, item 5).
+# its module fixtures) on one worker. On a fresh clone on this 2-core machine with nothing else
+# running, 2 workers ran the suite in 22:03 (1343 passed), against 45:46 in one process on a
+# quiet CI machine (issue 42, item 5).
 TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed
