@@ -5,8 +5,8 @@
 #                              + Debian's PostgreSQL server (Dagster's storage in the tests)
 #                              + SeaweedFS (weed, built from its pinned Go module: the object store)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
-#   make test PYTEST_ARGS=...  pytest in 2 pytest-xdist workers, one test file per worker at a
-#                              time (TEST_WORKERS=N: N workers; 0: in this process)
+#   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist workers, one test
+#                              file per worker at a time; ~22 min with 2 on 2 cores)
 #   make clean                 remove the copied jars and caches (not the venv, not the lake)
 #   make distclean             clean, and remove the venv
 
@@ -26,12 +26,14 @@ MVN ?= mvn
 MVN_FLAGS ?= -q -B
 ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers of make test (0: the tests run in this process). Each worker starts
-# its own broker, Spark session and browser (~3 GiB); --dist loadfile keeps a file's tests (and
-# its module fixtures) on one worker. On a fresh clone on this 2-core machine with nothing else
-# running, 2 workers ran the suite in 22:03 (1343 passed), against 45:46 in one process on a
-# quiet CI machine (issue 42, item 5).
-TEST_WORKERS ?= 2
+# pytest-xdist workers of make test (0: the tests run in this process, the default). Each
+# worker starts its own broker, Spark session and browser (~3 GiB); --dist loadfile keeps a
+# file's tests (and its module fixtures) on one worker. On fresh clones on this 2-core machine,
+# 2 workers ran the suite in 22:03 (1343 passed) and 22:12 (2 failed: workers share
+# $(DUET_HOME)/state, so test_quiet_run's `duet run` saw the other worker's running instances
+# and warned; and a /ui range probe got a speed row), against 45:46 in one process on a quiet CI
+# machine. The default stays one process until the workers' state folders are separate.
+TEST_WORKERS ?= 0
 
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
