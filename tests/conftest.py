@@ -6,9 +6,12 @@ Keep this file minimal: each test folder adds its own fixtures in its own confte
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from types import ModuleType
@@ -29,15 +32,14 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 # (docs/cluster.md). The session's own driver (the spark fixture) lives for the whole run and
 # keeps C2: the translation tests took 231 s with C1 only, 205 s with both.
 os.environ.setdefault("DUET_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-# The commands that write the lake record it in Dagster's catalog (pipelines/dagster/catalog.py):
-# each test process (each xdist worker) gets a DAGSTER_HOME of its own, not the user's.
-if "DAGSTER_HOME" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="duet-test-dagster-")
-    atexit.register(shutil.rmtree, os.environ["DAGSTER_HOME"], True)
+# Each test process (each xdist worker) gets folders of its own, not the user's: a DAGSTER_HOME
+# (the commands that write the lake record it in Dagster's catalog, pipelines/dagster/catalog.py)
+# and the speed layer's state root (two workers sharing <duet_home>/state saw each other's
+# running instances: `duet run`'s reset warned about the other worker's state folders).
+for _name, _prefix in (("DAGSTER_HOME", "duet-test-dagster-"), ("DUET_STATE_DIR", "duet-test-state-")):
+    if _name not in os.environ:
+        os.environ[_name] = tempfile.mkdtemp(prefix=_prefix)
+        atexit.register(shutil.rmtree, os.environ[_name], True)
 #: JVM option of the session's driver: full tiered compilation, as HotSpot's default.
 SESSION_DRIVER_JIT = "-XX:TieredStopAtLevel=4"
 

@@ -11,6 +11,8 @@ and ``late_windows()``).
 
 from __future__ import annotations
 
+import os
+
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -43,10 +45,14 @@ __all__ = [
 
 
 def state_root() -> Path:
-    """``<duet_home>/state``: the speed layer's state folders, one per application id."""
+    """``$DUET_STATE_DIR`` when set, else ``<duet_home>/state``: the folder of the speed
+    layer's state folders (one per application id, Kafka Streams' ``state.dir``). Separate
+    roots keep two users of one checkout (or two test workers) out of each other's state:
+    ``duet run``'s reset leaves a folder a running speed layer holds, and warns."""
     from speed_layer.runtime.paths import duet_home
 
-    return duet_home() / "state"
+    env = os.environ.get("DUET_STATE_DIR", "").strip()
+    return Path(env).expanduser().resolve() if env else duet_home() / "state"
 
 
 def new_application_id(prefix: str) -> str:

@@ -35,6 +35,16 @@ def test_paths_follow_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert paths.default_lake() == tmp_path / "lake"
 
 
+def test_state_root_follows_duet_state_dir_else_duet_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pipelines.speed.service import state_root
+
+    monkeypatch.delenv("DUET_STATE_DIR", raising=False)
+    monkeypatch.setenv("DUET_HOME", str(tmp_path / "home"))
+    assert state_root() == tmp_path / "home" / "state"
+    monkeypatch.setenv("DUET_STATE_DIR", str(tmp_path / "mine"))
+    assert state_root() == tmp_path / "mine"
+
+
 def test_missing_jars_say_make_setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DUET_HOME", str(tmp_path))
     broker = EmbeddedKafka(tmp_path / "work")

@@ -90,9 +90,8 @@ def test_instances_mistakes_are_one_line(args: list[str], message: str, tmp_path
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> tuple[Path, dict[str, str]]:
     """A ``duet init`` project and the commands' environment: the session's broker, and a
-    ``$DUET_HOME`` of the test's own, so that the state folders an interrupted run or a
-    failed instance keeps (their ``instance.log`` is named in the error) stay out of the
-    repository's ``.duet/state`` (delta-spark's jars are still read from where they are)."""
+    ``$DUET_STATE_DIR`` of the test's own, so that the state folders an interrupted run or a
+    failed instance keeps (their ``instance.log`` is named in the error) are found there."""
     from batch_layer.spark import default_delta_jars_dir
 
     root = tmp_path_factory.mktemp("instances") / "twocores"
@@ -100,7 +99,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> t
                           timeout=120, check=False)
     assert made.returncode == 0, made.stderr
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
-           "DUET_HOME": str(root.parent / "duet_home"), "DUET_DELTA_JARS": str(default_delta_jars_dir())}
+           "DUET_STATE_DIR": str(root.parent / "state"), "DUET_DELTA_JARS": str(default_delta_jars_dir())}
     env.pop("DUET_PIPELINE", None)
     return root, env
 
@@ -209,5 +208,5 @@ def test_a_killed_instance_fails_the_command(project: tuple[Path, dict[str, str]
     failed = [ln for ln in lines if "duet speed failed" in ln]
     assert len(failed) == 1, "\n".join(lines)
     assert f"(pid {victim}) died with exit code -9 (SIGKILL)" in failed[0] and "of 2" in failed[0], failed[0]
-    assert f"its log {project[1]['DUET_HOME']}/state/duet-twocores-run-" in failed[0], failed[0]
+    assert f"its log {project[1]['DUET_STATE_DIR']}/duet-twocores-run-" in failed[0], failed[0]
     assert not _alive(other), "the other instance outlived the command"

@@ -247,7 +247,7 @@ def test_a_reset_keeps_the_state_the_running_service_holds(service: Service, tmp
     from pipelines.speed.service import state_root
     from speed_layer.runtime.restore import StateDirectory
 
-    monkeypatch.setenv("DUET_HOME", str(service.state.parent))  # the service's state folder is the state root
+    monkeypatch.setenv("DUET_STATE_DIR", str(service.state))  # the service's state folder is the state root
     assert state_root() == service.state
     (live,) = service.state.glob(f"{service.pipeline.run_app_id_prefix}-*")
     tasks = {d.name for d in live.iterdir() if d.is_dir()}

@@ -62,6 +62,21 @@ def wait_for(driver: object, css: str, timeout: float = 30.0) -> object:
     return WebDriverWait(driver, timeout).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def click_and_load(driver: object, element: object, css: str, timeout: float = 30.0) -> object:
+    """Click ``element`` (a link or a form's submit button), wait until the current page is
+    gone, then for ``css`` on the next one. Waiting for ``css`` alone can match the page the
+    click leaves (``body[data-rendered='true']`` is on both): on a loaded machine the old page
+    answered and its traces were read as the new range's."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, timeout).until(ec.staleness_of(page))
+    return wait_for(driver, css, timeout)
+
+
 @contextlib.contextmanager
 def chromium(*args: str, capabilities: dict[str, object] | None = None) -> Iterator[object]:
     """A headless Chromium (Debian's ``chromium`` + ``chromium-driver``, installed by ``make

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from browser_kit import serve_lake, wait_for
+from browser_kit import click_and_load, serve_lake, wait_for
 from serving.api.charts import SPEED_REGION_LABEL
 from serving.api.pages import MAX_POINTS
 from serving.views import ViewSpec, publish
@@ -144,8 +144,7 @@ def test_the_range_control_re_queries_the_server(browser: object, served: str) -
     from selenium.webdriver.common.by import By
 
     _open(browser, f"{served}/ui/views/{HOURLY.name}")
-    browser.find_element(By.ID, "preset-week").click()
-    wait_for(browser, "body[data-rendered='true']")
+    click_and_load(browser, browser.find_element(By.ID, "preset-week"), "body[data-rendered='true']")
     query = parse_qs(urlsplit(browser.current_url).query)
     assert query["from"] == ["2013-12-24T23:00Z"] and query["to"] == ["2013-12-31T23:00Z"]
     assert browser.find_element(By.ID, "resolution").get_attribute("data-bucket") == "window"
@@ -160,16 +159,14 @@ def test_the_range_control_re_queries_the_server(browser: object, served: str) -
         box = browser.find_element(By.ID, name)
         box.clear()
         box.send_keys(value)
-    browser.find_element(By.ID, "show").click()
-    wait_for(browser, "body[data-rendered='true']")
+    click_and_load(browser, browser.find_element(By.ID, "show"), "body[data-rendered='true']")
     march = _traces(browser)
     assert [t["name"] for t in march] == ["batch"]
     assert len(march[0]["x"]) == 48 and march[0]["x"][0].startswith("2013-03-01T00:00")
     assert march[0]["y"][0] == sum(_count(59 * 24, i) for i in range(3))
     assert browser.find_element(By.ID, "speed-note").text == "No speed-layer row in this range."
 
-    browser.find_element(By.ID, "preset-all").click()
-    wait_for(browser, "body[data-rendered='true']")
+    click_and_load(browser, browser.find_element(By.ID, "preset-all"), "body[data-rendered='true']")
     assert browser.find_element(By.ID, "resolution").get_attribute("data-bucket") == "day"
 
 
@@ -202,8 +199,7 @@ def test_sessions_per_day_and_a_key_found_by_search(browser: object, served: str
     found = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#key-results a")]
     assert found == [f"N11{i}AA" for i in range(10)]
     assert "10 keys match" in browser.find_element(By.ID, "key-status").text
-    browser.find_element(By.LINK_TEXT, "N113AA").click()
-    wait_for(browser, "body[data-rendered='true']")
+    click_and_load(browser, browser.find_element(By.LINK_TEXT, "N113AA"), "body[data-rendered='true']")
     assert browser.find_element(By.ID, "key").text == "N113AA"
     assert browser.find_element(By.CSS_SELECTOR, "#chart .gtitle").text.endswith("key N113AA")
     one = browser.execute_script("return document.getElementById('chart').data.filter(t => t.yaxis === 'y')"
