@@ -227,12 +227,14 @@ class StreamTask:
         """:meth:`process_run` of a task with one partition buffered: up to ``max_records``
         records of ``queue`` in offset order while the head's timestamp is ``<= until_ts``
         (ms; None: no bound). The consumed offset and the ``process`` counter are updated
-        once for the run (also when a record raises), not per record. Returns the number
-        taken from ``queue``."""
+        once for the run, not per record; when a record raises, the offset covers it and the
+        counter does not (as :meth:`process`). Returns the number taken from ``queue``."""
         process, popleft = self._process_raw, queue.popleft
         skipped = self._skipped
         n = 0
         raw: RawRecord | None = None
+        #: 1 while a record is being processed: one that raises is taken but not processed
+        failed = 1
         try:
             if until_ts is None:
                 for n in range(1, min(max_records, len(queue)) + 1):  # noqa: B007 - n is the count
@@ -243,11 +245,12 @@ class StreamTask:
                     n += 1
                     raw = popleft()
                     process(raw)
+            failed = 0
         finally:
             if raw is not None:
                 self.consumed_offsets[(raw[0], raw[1])] = raw[2] + 1
                 counters, pk = self._counters, self._process_key
-                counters[pk] = counters.get(pk, 0) + n - (self._skipped - skipped)
+                counters[pk] = counters.get(pk, 0) + n - (self._skipped - skipped) - failed
         return n
 
     def may_send_to_own_sources(self) -> bool:
@@ -312,8 +315,8 @@ class StreamTask:
                 key = ks.deserialize(raw.key)
                 value = vs.deserialize(raw.value)
             except Exception as exc:  # noqa: BLE001 - routed to the configured handler
-                self._skipped += 1
                 self._handle_error("deserialization", self.config.deserialization_exception_handler, raw, exc)
+                self._skipped += 1  # after the handler: a record it fails on is not counted as skipped
                 self._current_raw = None
                 return
         if not plain_ts or type(ts) is not int or ts < 0:

@@ -95,3 +95,37 @@ def test_a_run_cut_short_by_a_fatal_error_consumes_up_to_the_failed_record() -> 
         assert task.consumed_offsets == {("in", 0): raws[2].offset + 1}
         assert task.metrics.counters[(task.task_id, "process")] == 2
         assert task.buffered() == 1
+
+
+def test_a_run_cut_short_by_a_processing_error_counts_as_process_does() -> None:
+    """A processor that raises under the ``fail`` processing handler: the run and
+    ``process`` per record leave the same count (the failed record not processed) and the
+    same consumed offset (covering it)."""
+
+    def build() -> TopologyTestDriver:
+        b = StreamsBuilder()
+
+        def check(v: dict[str, int]) -> dict[str, int]:
+            if v["n"] == 2:
+                raise ValueError("n == 2")
+            return v
+
+        b.stream("in", Consumed.with_(S, J)).map_values(check).to("out", Produced.with_(S, J))
+        return TopologyTestDriver(b.build(), {"application.id": "runs", "bootstrap.servers": "unused:9092",
+                                              "processing.exception.handler": "log_and_fail"})
+
+    raws = _raws([0, 0, 0, 0])
+    with build() as one:
+        task = one.tasks[0]
+        with pytest.raises(StreamsException):
+            for raw in raws:
+                task.process(raw)
+        expected = _state(one)
+    with build() as runs:
+        task = runs.tasks[0]
+        task.queue("in", 0).extend(raws)
+        with pytest.raises(StreamsException):
+            task.process_run(None, 100)
+        assert _state(runs) == expected
+        assert task.buffered() == 1
+    assert expected[1:] == ({("in", 0): raws[2].offset + 1}, 2)
