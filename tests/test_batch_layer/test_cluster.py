@@ -7,7 +7,8 @@ flights batch recompute (``pipelines.job.steps.run_batch_layer`` on the root
 the cluster in a subprocess (a Python process holds one SparkContext, and the other tests
 share a local one), with the master taken from ``$DUET_SPARK_MASTER`` and the lake on the
 tests' object store (``s3://duet/<unique prefix>``, the ``object_store`` fixture): the
-executors get the S3A jars with ``spark.jars`` and the store's endpoint and keys from the
+executors load the Delta and S3A jars from their own disk (on ``spark.executor.extraClassPath``,
+``DUET_SPARK_JARS_ON_WORKERS=1``: nothing copied) and get the store's endpoint and keys from the
 driver's Hadoop configuration, since the workers are started without any ``AWS_*``
 setting, as on hosts of their own. It checks that the views the cluster wrote to the bucket
 equal those the tests' shared local session (``local[*]``) computes from the same raw
@@ -113,6 +114,23 @@ def test_delta_jars_folder_from_configuration(monkeypatch: pytest.MonkeyPatch, t
     for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"):
         (tmp_path / "mine" / name).write_bytes(b"")
     assert [j.name for j in delta_jars(tmp_path / "mine")] == ["delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"]
+
+
+def test_jars_on_workers_go_on_the_class_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from batch_layer.spark import SparkConfigError, jar_settings, jars_on_workers
+
+    jars = [tmp_path / "delta-spark.jar", tmp_path / "bundle-2.jar"]
+    assert jar_settings(jars, ["/mine.jar"], on_workers=False) == {"spark.jars": f"{jars[0]},{jars[1]},/mine.jar"}
+    path = f"{jars[0]}:{jars[1]}"
+    assert jar_settings(jars, ["/mine.jar"], on_workers=True) == {
+        "spark.jars": "/mine.jar", "spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path}
+    monkeypatch.delenv("DUET_SPARK_JARS_ON_WORKERS", raising=False)
+    assert not jars_on_workers()
+    monkeypatch.setenv("DUET_SPARK_JARS_ON_WORKERS", "1")
+    assert jars_on_workers()
+    monkeypatch.setenv("DUET_SPARK_JARS_ON_WORKERS", "yes")
+    with pytest.raises(SparkConfigError, match="DUET_SPARK_JARS_ON_WORKERS='yes': allowed values are 0 and 1"):
+        jars_on_workers()
 
 
 def test_lake_locations() -> None:
@@ -306,11 +324,13 @@ print(json.dumps(out), flush=True)
 class Driver:
     """``_DRIVER`` in a subprocess (own process group, killed if still running on exit)."""
 
-    def __init__(self, name: str, lake: str, log_dir: Path, master: str | None, conf: dict[str, str]) -> None:
+    def __init__(self, name: str, lake: str, log_dir: Path, master: str | None, conf: dict[str, str],
+                 env_extra: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k not in _SPARK_ENV}
         env["PYSPARK_PYTHON"] = sys.executable
         if master is not None:
             env["DUET_SPARK_MASTER"] = master  # the environment route of get_spark()
+        env.update(env_extra or {})
         self.name, self.err = name, log_dir / f"driver-{name}.err"
         with self.err.open("wb") as err:
             self.proc = subprocess.Popen(
@@ -368,7 +388,8 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
     }
     with StandaloneCluster(tmp_path / "spark", workers=2, cores=1, memory="1g") as cluster:
-        remote = Driver("cluster", cluster_lake, tmp_path, cluster.url, conf)
+        # the workers run on this host, so the jars folder is at the same path on each
+        remote = Driver("cluster", cluster_lake, tmp_path, cluster.url, conf, {"DUET_SPARK_JARS_ON_WORKERS": "1"})
         try:
             local = run_batch_layer(flights, spark, local_lake)  # the reference, while the cluster boots
             cluster.wait_workers()
@@ -384,11 +405,9 @@ def test_flights_batch_on_a_standalone_cluster_equals_local(spark: Any, tmp_path
     assert on_cluster["master"] == cluster.url
     assert on_cluster["executors"] == 2 and on_cluster["parallelism"] == 2
     assert apps[on_cluster["app_id"]]["cores"] == 2 and apps[on_cluster["app_id"]]["state"] == "FINISHED"
-    for i in range(2):  # each worker launched an executor of the application, which fetched the S3A jars
-        jars = list((tmp_path / "spark" / f"worker{i}" / on_cluster["app_id"]).rglob("*.jar"))
-        assert any(p.name.startswith("hadoop-aws-") for p in jars), jars
-        for jar in jars:  # ~660 MB a worker: not kept in pytest's last three base folders
-            jar.unlink()
+    for i in range(2):  # each worker launched an executor of the application, which loaded the jars
+        app = tmp_path / "spark" / f"worker{i}" / on_cluster["app_id"]  # from their paths on the worker,
+        assert app.is_dir() and not list(app.rglob("*.jar"))  # not copied into its work folder (~660 MB each)
     assert spark.sparkContext.master.startswith("local")
     logs = [*(tmp_path / "spark").glob("*.log"), *(tmp_path / "spark").rglob("stderr"), remote.err]
     assert not [p for p in logs if object_store.secret_key in p.read_text(errors="replace")]  # executors log at INFO
