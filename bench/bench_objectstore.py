@@ -32,83 +32,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """``{pid: (ppid, utime + stime ticks)}`` of every process (Linux ``/proc``)."""
-    out: dict[int, tuple[int, int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    f = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]))
-    return out
-
-
-class TreeCpu:
-    """CPU seconds of a process and all its descendants (the ``duet run`` process, its
-    Spark JVM, the speed layer...), sampled from ``/proc`` every 0.5 s while it runs: each
-    process counts with its last sample (its last < 0.5 s is missed)."""
-
-    def __init__(self, root: int) -> None:
-        import threading
-
-        self.root, self.seen = root, {}  # type: ignore[var-annotated]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            table = _proc_table()
-            tree, todo = set(), [self.root]
-            while todo:
-                pid = todo.pop()
-                tree.add(pid)
-                todo += [c for c, (pp, _) in table.items() if pp == pid and c not in tree]
-            for pid in tree:
-                if pid in table:
-                    self.seen[pid] = max(self.seen.get(pid, 0), table[pid][1])
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return sum(self.seen.values()) / _TICK
-
-
-def _ticks(pid: int | None) -> float:
-    """CPU seconds of process ``pid`` so far (0 without one)."""
-    return (_proc_table().get(pid, (0, 0))[1] / _TICK) if pid else 0.0
+from _duet_runs import duet_run, proc_table, ticks  # noqa: E402 - bench/ is on sys.path as a script
 
 
 def _duet_run(lake: str, limit: int | None, env: dict[str, str], cwd: Path, store_pid: int | None) -> dict[str, Any]:
-    args = [sys.executable, "-m", "pipelines.cli", "run", "--json", "--lake", lake]
-    if limit:
-        args += ["--limit", str(limit)]
-    store_cpu, started = _ticks(store_pid), time.monotonic()
-    child = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = TreeCpu(child.pid)
-    stdout, stderr = child.communicate()
-    wall, cpu = time.monotonic() - started, sampler.stop()
-    proc = subprocess.CompletedProcess(args, child.returncode, stdout, stderr)
-    store_cpu = _ticks(store_pid) - store_cpu
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    if proc.returncode != 0 or len(lines) != 1:
-        raise SystemExit(f"duet run --lake {lake} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    summary = json.loads(lines[0])
-    return {"wall": wall, "batch": float(summary["batch_seconds"]), "cpu": cpu, "store_cpu": store_cpu,
-            "agreement": min(summary["agreement"].values()), "checks": all(summary["checks"].values())}
+    store_cpu = ticks(store_pid)
+    r = duet_run(["--lake", lake] + (["--limit", str(limit)] if limit else []), env, cwd)
+    summary = r["summary"]
+    return {"wall": r["wall"], "batch": float(summary["batch_seconds"]), "cpu": r["cpu"],
+            "store_cpu": ticks(store_pid) - store_cpu, "agreement": min(summary["agreement"].values()),
+            "checks": all(summary["checks"].values())}
 
 
 def _weed_pid(store: Any) -> int | None:
     """The pid of the store's ``weed`` process (a child of this one), None when not found."""
     me = os.getpid()
-    for pid, (ppid, _) in _proc_table().items():
+    for pid, (ppid, _) in proc_table().items():
         if ppid == me:
             try:
                 if Path(f"/proc/{pid}/exe").resolve().name == "weed":
