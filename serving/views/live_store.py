@@ -1,0 +1,272 @@
+"""The rows of one view's live table in a RocksDB database (serving's KTable of a view topic).
+
+A :class:`LiveRowStore` holds the latest value of each ``(key, window_start, window_end)``
+of one view output topic (a tombstone deletes it), as a source KTable's store would, minus
+the rows closed at its *applied watermark* (:attr:`LiveRowStore.applied_ms`). It lives in a
+RocksDB database opened with the speed layer's :func:`~speed_layer.state.backends.open_rdict`:
+the write-ahead log off and the process's shared block cache and write-buffer manager
+(:func:`~speed_layer.state.backends.shared_memory`), so the memory it takes is bounded by
+that budget (128 MiB, memtables charged to it), not by the rows; the rows are files on disk.
+Nothing is durable: the database is scratch space of one serving process, which reads its
+view topics from the beginning at start (docs/live-serving.md).
+
+Layout (one keyspace, two prefixes; integers are big-endian with the sign bit flipped, so
+byte order is numeric order):
+
+* ``b"r" + len(key) (4 bytes) + key (UTF-8) [+ window_start + window_end (8 bytes each)]``
+  -> ``timestamp (8 bytes) + value``: the rows, a key's windows contiguous and in window order
+  (the length prefix keeps one key's rows apart from a longer key that starts alike);
+* ``b"c" + close time (8 bytes) + the row's key without its ``b"r"```: the rows by *close
+  time*, the watermark at which a row is closed (a windowed row: ``spec.close_time_ms(end)``;
+  a table row: its timestamp, as the batch answers a table key not updated after ``W``).
+
+A prune to ``W`` reads the close-time entries in ``(previous W, W]``, deletes their rows and
+range-deletes those entries: its cost is the rows it removes, never the rows it keeps. No
+entry at or below the previous ``W`` exists then (a write of a row closed at the applied
+watermark deletes it instead), so the scan never walks over the tombstones of earlier prunes.
+
+Concurrency: one writer (serving's consumer thread: :meth:`write`, :meth:`prune`,
+:meth:`destroy`), any number of readers, who take no lock the writer holds. RocksDB is safe
+for concurrent reads and writes, a write is one atomic ``WriteBatch``, and each read iterates
+over the implicit snapshot its iterator takes: a reader sees every write batch before its
+call and none after it. Only :meth:`destroy` waits, for the readers inside a call to leave
+(a counter, held for an increment, not for the read); a read after it answers nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from serving.views.model import ViewSpec
+from speed_layer.state.backends import open_rdict
+
+if TYPE_CHECKING:
+    from rocksdict import Rdict
+
+__all__ = ["LiveRow", "LiveRowStore", "Put", "PRUNE_BATCH"]
+
+#: rows deleted per write batch of a prune (bounds the batch's memory)
+PRUNE_BATCH = 10_000
+
+_ROW, _CLOSE = b"r", b"c"
+_OFFSET = 1 << 63  # signed -> unsigned, order kept
+_U64 = struct.Struct(">Q")
+_WINDOW = struct.Struct(">QQ")
+_LEN = struct.Struct(">I")
+_TS = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """One current row of a view topic (times in epoch ms)."""
+
+    key: str
+    window_start: int | None
+    window_end: int | None
+    value: str
+    timestamp: int
+
+
+#: a record to write: ``(key, window_start, window_end, value or None for a tombstone, timestamp)``
+Put = tuple[str, int | None, int | None, bytes | None, int]
+
+
+def _u64(ms: int) -> bytes:
+    return _U64.pack(ms + _OFFSET)
+
+
+def _encode_key(key: str) -> bytes:
+    raw = key.encode("utf-8", "surrogatepass")  # a JSON key may hold a lone surrogate
+    return _ROW + _LEN.pack(len(raw)) + raw
+
+
+class LiveRowStore:
+    """The live rows of one view (``spec``) in a new RocksDB database at ``path``.
+
+    Args:
+        spec: the view (windowed or a table; its close time rule).
+        path: a directory that does not exist yet (created; removed by :meth:`destroy`).
+        watermark_ms: the applied watermark to start at (``None``: nothing is closed).
+
+    Attributes:
+        count: rows held (exact: a write reads a row before it changes it).
+        applied_ms: the watermark rows are closed at (``None``: none is).
+    """
+
+    def __init__(self, spec: ViewSpec, path: Path, watermark_ms: int | None = None) -> None:
+        if path.exists():
+            raise FileExistsError(f"the live store of {spec.name} needs a new directory, {path} exists")
+        self.spec = spec
+        self.path = path
+        self.count = 0
+        self.applied_ms = watermark_ms
+        self._db: Rdict = open_rdict(path)
+        self._readers = 0
+        self._closed = False
+        self._gate = threading.Condition()
+
+    # -- writes (one thread) -------------------------------------------------------------------
+    def close_time(self, window_end: int | None, timestamp: int) -> int:
+        """The watermark (ms) at which a row is closed: ``spec.close_time_ms(window_end)`` for a
+        windowed row, the row's ``timestamp`` for a table row."""
+        if not self.spec.windowed:
+            return timestamp
+        if window_end is None:
+            raise ValueError(f"a row of windowed view {self.spec.name} without a window end")
+        close = self.spec.close_time_ms(window_end)
+        assert close is not None
+        return close
+
+    def _is_closed(self, close: int) -> bool:
+        return self.applied_ms is not None and close <= self.applied_ms
+
+    def write(self, puts: Iterable[Put]) -> None:
+        """Apply ``puts`` in order in one atomic write: the latest value per row; a tombstone,
+        or a row closed at :attr:`applied_ms`, deletes the row.
+
+        Raises:
+            ValueError: a windowed row without a window end.
+            rocksdict.DbClosedError: after :meth:`destroy`.
+        """
+        from rocksdict import WriteBatch
+
+        batch = WriteBatch(raw_mode=True)
+        written: dict[bytes, bytes | None] = {}  # rows this batch changed (it cannot be read back)
+        windowed, delta = self.spec.windowed, 0
+        for key, start, end, value, ts in puts:
+            row = _encode_key(key)
+            if windowed:
+                if start is None or end is None:
+                    raise ValueError(f"a row of windowed view {self.spec.name} without a window")
+                row += _WINDOW.pack(start + _OFFSET, end + _OFFSET)
+            old = written[row] if row in written else self._db.get(row)
+            close = self.close_time(end, ts)
+            old_close = None if old is None else self.close_time(end, _TS.unpack_from(old)[0])
+            if value is None or self._is_closed(close):
+                if old is not None:
+                    batch.delete(row)
+                    batch.delete(_CLOSE + _u64(old_close) + row[1:])  # type: ignore[arg-type]
+                    written[row] = None
+                    delta -= 1
+                continue
+            new = _TS.pack(ts) + value
+            batch.put(row, new)
+            written[row] = new
+            if old is None:
+                delta += 1
+            elif old_close != close:  # a table row updated: its close time moves
+                batch.delete(_CLOSE + _u64(old_close) + row[1:])  # type: ignore[arg-type]
+            if old_close != close:
+                batch.put(_CLOSE + _u64(close) + row[1:], b"")
+        if not batch.is_empty():
+            self._db.write(batch)
+        self.count += delta
+
+    def prune(self, watermark_ms: int) -> int:
+        """Move :attr:`applied_ms` to ``watermark_ms`` and delete the rows closed there, in
+        write batches of :data:`PRUNE_BATCH` rows; returns the rows deleted.
+
+        Raises:
+            ValueError: when ``watermark_ms`` is before :attr:`applied_ms` (rows closed at
+                the applied watermark are gone: read the topic again into a new store).
+        """
+        from rocksdict import WriteBatch
+
+        if self.applied_ms is not None and watermark_ms < self.applied_ms:
+            raise ValueError(f"the live store of {self.spec.name} is pruned at {self.applied_ms}, "
+                             f"it cannot move back to {watermark_ms}")
+        lo = _CLOSE if self.applied_ms is None else _CLOSE + _u64(self.applied_ms + 1)
+        hi = _CLOSE + _u64(watermark_ms + 1)  # exclusive
+        self.applied_ms = watermark_ms
+        removed, batch, it = 0, WriteBatch(raw_mode=True), self._db.iter()
+        it.seek(lo)
+        while it.valid() and (entry := it.key()) < hi:
+            batch.delete(_ROW + entry[1 + _U64.size:])
+            removed += 1
+            if removed % PRUNE_BATCH == 0:
+                self._db.write(batch)
+                self.count -= PRUNE_BATCH
+                batch = WriteBatch(raw_mode=True)
+            it.next()
+        del it
+        batch.delete_range(lo, hi)
+        self._db.write(batch)
+        self.count -= removed % PRUNE_BATCH
+        return removed
+
+    def destroy(self) -> None:
+        """Wait for the readers inside a call, close the database and delete its directory
+        (idempotent); reads answer nothing from then on."""
+        with self._gate:
+            if self._closed:
+                return
+            self._closed = True
+            self._gate.wait_for(lambda: self._readers == 0)
+        self._db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    # -- reads (any thread, no lock of the writer) ---------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[Rdict | None]:
+        with self._gate:
+            open_ = not self._closed
+            self._readers += open_
+        if not open_:
+            yield None
+            return
+        try:
+            yield self._db
+        finally:
+            with self._gate:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._gate.notify_all()
+
+    def _decode(self, key: str | None, row: bytes, stored: bytes) -> LiveRow:
+        n = _LEN.unpack_from(row, 1)[0]
+        if key is None:
+            key = row[5:5 + n].decode("utf-8", "surrogatepass")
+        start = end = None
+        if self.spec.windowed:
+            start, end = (v - _OFFSET for v in _WINDOW.unpack_from(row, 5 + n))
+        return LiveRow(key, start, end, stored[_TS.size:].decode("utf-8"), _TS.unpack_from(stored)[0])
+
+    def _scan(self, prefix: bytes, key: str | None) -> list[LiveRow]:
+        with self._reading() as db:
+            if db is None:
+                return []
+            it, out = db.iter(), []
+            it.seek(prefix)
+            while it.valid() and (row := it.key()).startswith(prefix):
+                out.append(self._decode(key, row, it.value()))
+                it.next()
+            return out
+
+    def rows(self, key: str) -> list[LiveRow]:
+        """The rows of ``key``, in window order (``[]`` when none): one seek."""
+        return self._scan(_encode_key(key), key)
+
+    def view_rows(self) -> list[LiveRow]:
+        """Every row, grouped by key, a key's rows in window order."""
+        return self._scan(_ROW, None)
+
+    def keys(self) -> set[str]:
+        """The keys with rows: one seek per key (past its windows), not one step per row."""
+        keys: set[str] = set()
+        with self._reading() as db:
+            if db is None:
+                return keys
+            it = db.iter()
+            it.seek(_ROW)
+            while it.valid() and (row := it.key()).startswith(_ROW):
+                n = _LEN.unpack_from(row, 1)[0]
+                keys.add(row[5:5 + n].decode("utf-8", "surrogatepass"))
+                it.seek(row[:5 + n] + b"\xff" * (_WINDOW.size + 1))  # after every window of the key
+        return keys
