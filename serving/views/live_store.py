@@ -61,6 +61,7 @@ _U64 = struct.Struct(">Q")
 _WINDOW = struct.Struct(">QQ")
 _LEN = struct.Struct(">I")
 _TS = struct.Struct(">q")
+_PAST = b"\xff" * (_WINDOW.size + 1)  # prefix + this: after every row of the prefix
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class LiveRowStore:
         self.path = path
         self.count = 0
         self.applied_ms = watermark_ms
+        self._close_after = 0 if not spec.windowed else spec.close_time_ms(0) or 0  # close = end + this
         self._db: Rdict = open_rdict(path)
         self._readers = 0
         self._closed = False
@@ -115,56 +117,61 @@ class LiveRowStore:
     # -- writes (one thread) -------------------------------------------------------------------
     def close_time(self, window_end: int | None, timestamp: int) -> int:
         """The watermark (ms) at which a row is closed: ``spec.close_time_ms(window_end)`` for a
-        windowed row, the row's ``timestamp`` for a table row."""
+        windowed row, the row's ``timestamp`` for a table row.
+
+        Raises:
+            ValueError: a windowed row without a window end.
+        """
         if not self.spec.windowed:
             return timestamp
         if window_end is None:
             raise ValueError(f"a row of windowed view {self.spec.name} without a window end")
-        close = self.spec.close_time_ms(window_end)
-        assert close is not None
-        return close
-
-    def _is_closed(self, close: int) -> bool:
-        return self.applied_ms is not None and close <= self.applied_ms
+        return window_end + self._close_after
 
     def write(self, puts: Iterable[Put]) -> None:
         """Apply ``puts`` in order in one atomic write: the latest value per row; a tombstone,
-        or a row closed at :attr:`applied_ms`, deletes the row.
+        or a row closed at :attr:`applied_ms`, deletes the row. Each row is read first (the
+        count is exact; a table row's close time moves), so a record costs a RocksDB get and
+        one or two puts in the batch.
 
         Raises:
-            ValueError: a windowed row without a window end.
+            ValueError: a windowed row without a window.
             rocksdict.DbClosedError: after :meth:`destroy`.
         """
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
+        put, delete, get, pack_ts = batch.put, batch.delete, self._db.get, _TS.pack
         written: dict[bytes, bytes | None] = {}  # rows this batch changed (it cannot be read back)
-        windowed, delta = self.spec.windowed, 0
+        windowed, applied, delta = self.spec.windowed, self.applied_ms, 0
         for key, start, end, value, ts in puts:
             row = _encode_key(key)
             if windowed:
                 if start is None or end is None:
                     raise ValueError(f"a row of windowed view {self.spec.name} without a window")
                 row += _WINDOW.pack(start + _OFFSET, end + _OFFSET)
-            old = written[row] if row in written else self._db.get(row)
-            close = self.close_time(end, ts)
-            old_close = None if old is None else self.close_time(end, _TS.unpack_from(old)[0])
-            if value is None or self._is_closed(close):
+                close = end + self._close_after
+            else:
+                close = ts
+            old = written[row] if row in written else get(row)
+            # a window's close time is its end's; a table row's is its last timestamp
+            old_close = close if old is None or windowed else _TS.unpack_from(old)[0]
+            if value is None or (applied is not None and close <= applied):
                 if old is not None:
-                    batch.delete(row)
-                    batch.delete(_CLOSE + _u64(old_close) + row[1:])  # type: ignore[arg-type]
+                    delete(row)
+                    delete(_CLOSE + _u64(old_close) + row[1:])
                     written[row] = None
                     delta -= 1
                 continue
-            new = _TS.pack(ts) + value
-            batch.put(row, new)
+            new = pack_ts(ts) + value
+            put(row, new)
             written[row] = new
             if old is None:
                 delta += 1
+                put(_CLOSE + _u64(close) + row[1:], b"")
             elif old_close != close:  # a table row updated: its close time moves
-                batch.delete(_CLOSE + _u64(old_close) + row[1:])  # type: ignore[arg-type]
-            if old_close != close:
-                batch.put(_CLOSE + _u64(close) + row[1:], b"")
+                delete(_CLOSE + _u64(old_close) + row[1:])
+                put(_CLOSE + _u64(close) + row[1:], b"")
         if not batch.is_empty():
             self._db.write(batch)
         self.count += delta
@@ -229,33 +236,48 @@ class LiveRowStore:
                 if self._readers == 0:
                     self._gate.notify_all()
 
-    def _decode(self, key: str | None, row: bytes, stored: bytes) -> LiveRow:
-        n = _LEN.unpack_from(row, 1)[0]
-        if key is None:
-            key = row[5:5 + n].decode("utf-8", "surrogatepass")
-        start = end = None
-        if self.spec.windowed:
-            start, end = (v - _OFFSET for v in _WINDOW.unpack_from(row, 5 + n))
-        return LiveRow(key, start, end, stored[_TS.size:].decode("utf-8"), _TS.unpack_from(stored)[0])
+    @staticmethod
+    def _items(db: Rdict, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """The entries whose key starts with ``prefix``: one iterator (one implicit snapshot),
+        bounded above so RocksDB stops at the prefix's end. Read whole while the options
+        live: an iterator outliving its ``ReadOptions`` lost the bound (2 rows of 500)."""
+        from rocksdict import ReadOptions
 
-    def _scan(self, prefix: bytes, key: str | None) -> list[LiveRow]:
-        with self._reading() as db:
-            if db is None:
-                return []
-            it, out = db.iter(), []
-            it.seek(prefix)
-            while it.valid() and (row := it.key()).startswith(prefix):
-                out.append(self._decode(key, row, it.value()))
-                it.next()
-            return out
+        bounds = ReadOptions()
+        bounds.set_iterate_upper_bound(prefix + _PAST)
+        return list(db.items(from_key=prefix, read_opt=bounds))
 
     def rows(self, key: str) -> list[LiveRow]:
         """The rows of ``key``, in window order (``[]`` when none): one seek."""
-        return self._scan(_encode_key(key), key)
+        prefix = _encode_key(key)
+        at = len(prefix)
+        windowed, unpack_window, unpack_ts = self.spec.windowed, _WINDOW.unpack_from, _TS.unpack_from
+        out = []
+        with self._reading() as db:
+            if db is None:
+                return out
+            for row, stored in self._items(db, prefix):
+                start = end = None
+                if windowed:
+                    start, end = unpack_window(row, at)
+                    start, end = start - _OFFSET, end - _OFFSET
+                out.append(LiveRow(key, start, end, stored[8:].decode("utf-8"), unpack_ts(stored)[0]))
+        return out
 
     def view_rows(self) -> list[LiveRow]:
         """Every row, grouped by key, a key's rows in window order."""
-        return self._scan(_ROW, None)
+        out = []
+        with self._reading() as db:
+            if db is None:
+                return out
+            for row, stored in self._items(db, _ROW):
+                n = _LEN.unpack_from(row, 1)[0]
+                start = end = None
+                if self.spec.windowed:
+                    start, end = (v - _OFFSET for v in _WINDOW.unpack_from(row, 5 + n))
+                out.append(LiveRow(row[5:5 + n].decode("utf-8", "surrogatepass"), start, end,
+                                   stored[8:].decode("utf-8"), _TS.unpack_from(stored)[0]))
+        return out
 
     def keys(self) -> set[str]:
         """The keys with rows: one seek per key (past its windows), not one step per row."""
@@ -268,5 +290,5 @@ class LiveRowStore:
             while it.valid() and (row := it.key()).startswith(_ROW):
                 n = _LEN.unpack_from(row, 1)[0]
                 keys.add(row[5:5 + n].decode("utf-8", "surrogatepass"))
-                it.seek(row[:5 + n] + b"\xff" * (_WINDOW.size + 1))  # after every window of the key
+                it.seek(row[:5 + n] + _PAST)  # after every window of the key
         return keys

@@ -1,0 +1,193 @@
+"""Serving's live table in memory (a git ref's ``serving/views/live.py``, default ``main``: Python
+dicts) against the RocksDB row store (this checkout), broker-free: rows/s applied, RSS with
+``--rows`` live rows, the latency of ``LiveViews.rows(view, key)`` and of a prune.
+
+Each side runs in a fresh process (one after the other, ``--rounds`` times, alternating) and
+feeds ``LiveViews._apply`` real ``confluent_kafka.Message`` objects shaped like a windowed view
+topic: ``--keys`` keys, hourly windows in time order, a JSON value of ~60 bytes, and a share of
+``--updates`` records rewriting a window already held; no watermark moves while it loads (the
+batch layer lagging: every row stays live). Then it times ``rows(view, key)`` on random keys,
+and a prune at a watermark that closes ``--prune-share`` of the windows. Apply rate: rows /
+CPU seconds of ``_apply`` (the records are built outside the timed part). RSS from
+/proc/self/status (VmRSS after the load, VmHWM the peak). No target is asserted.
+
+    .venv/bin/python bench/bench_live_store.py --rows 4000000 --keys 1000
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TOPIC = "bench-live-store"
+T0 = 1_356_998_400_000
+HOUR = 3_600_000
+BATCH = 2_000  # records per _apply call, as LiveViews.CONSUME_BATCH
+
+
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def _baseline_module(ref: str) -> Any:
+    """``serving/views/live.py`` of ``ref``, imported as a module of its own."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:serving/views/live.py"],
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="bench-live-store-")) / "live_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("live_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["live_baseline"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _records(rows: int, keys: int, updates: float, seed: int = 7):  # type: ignore[no-untyped-def]
+    """Batches of (key, window hour, value) in time order: ``rows`` distinct windows, and
+    after each new window with probability ``updates`` a rewrite of a recent one."""
+    rnd = random.Random(seed)
+    batch: list[tuple[int, int, int]] = []
+    for i in range(rows):
+        batch.append((i % keys, i // keys, i))
+        if rnd.random() < updates:
+            j = max(0, i - rnd.randrange(1, 4 * keys))
+            batch.append((j % keys, j // keys, i))
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _messages(batch: list[tuple[int, int, int]], offset: int) -> list[Any]:
+    from confluent_kafka import Message
+
+    out = []
+    for n, (k, h, i) in enumerate(batch):
+        start = T0 + h * HOUR
+        key = f'{{"key":"K{k:05d}","window_start":{start},"window_end":{start + HOUR}}}'.encode()
+        value = b'{"count":%d,"delayed":%d,"avg_delay_min":%d.5,"cancelled":0}' % (i % 997, i % 31, i % 61)
+        out.append(Message(topic=TOPIC, partition=0, offset=offset + n, key=key, value=value,
+                           timestamp=(1, start + HOUR - 1)))
+    return out
+
+
+def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
+    from serving.views.model import ViewSpec
+
+    spec = ViewSpec.tumbling(TOPIC, HOUR)
+    rss_start = _status_mib("VmRSS")
+    state_dir = Path(tempfile.mkdtemp(prefix="bench-live-store-", dir=args.state_dir))
+    if side == "memory":
+        module = _baseline_module(args.baseline_ref)
+        live = module.LiveViews("127.0.0.1:9", lambda: {})
+        table = module._ViewTable(spec, applied_ms=None)
+    else:
+        from serving.views.live import LiveViews
+
+        live = LiveViews("127.0.0.1:9", lambda: {}, state_dir=state_dir)
+        table = live._new_table(TOPIC, spec, None)
+    live._tables[TOPIC] = table
+    records, cpu, wall, offset = 0, 0.0, 0.0, 0
+    for batch in _records(args.rows, args.keys, args.updates):
+        messages = _messages(batch, offset)
+        offset += len(messages)
+        c, w = time.process_time(), time.perf_counter()
+        live._apply(messages)
+        cpu += time.process_time() - c
+        wall += time.perf_counter() - w
+        records += len(messages)
+    gc.collect()
+    held = live.state(TOPIC).rows
+    rss_loaded = _status_mib("VmRSS")
+    disk = sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file()) / 2**20
+
+    rnd = random.Random(11)
+    lookups, returned = [], 0
+    for _ in range(args.lookups):
+        key = f"K{rnd.randrange(args.keys):05d}"
+        t = time.perf_counter()
+        returned += len(live.rows(TOPIC, key))
+        lookups.append((time.perf_counter() - t) * 1e3)
+    lookups.sort()
+
+    hours = args.rows // args.keys
+    watermark = T0 + int(hours * args.prune_share) * HOUR
+    c, w = time.process_time(), time.perf_counter()
+    if side == "memory":
+        table.applied_ms = watermark
+        table.prune()
+    else:
+        table.store.prune(watermark)
+    prune_cpu, prune_wall = time.process_time() - c, time.perf_counter() - w
+    kept = live.state(TOPIC).rows
+    result = {
+        "side": side, "records": records, "rows": held, "apply_cpu_s": cpu, "apply_wall_s": wall,
+        "rows_per_cpu_s": records / cpu, "rss_start_mib": rss_start, "rss_loaded_mib": rss_loaded,
+        "rss_peak_mib": _status_mib("VmHWM"), "disk_mib": disk,
+        "lookup_p50_ms": statistics.median(lookups), "lookup_p99_ms": lookups[int(0.99 * (len(lookups) - 1))],
+        "rows_per_lookup": returned / args.lookups, "prune_cpu_s": prune_cpu, "prune_wall_s": prune_wall,
+        "rows_after_prune": kept,
+    }
+    live.close()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--keys", type=int, default=1_000)
+    ap.add_argument("--updates", type=float, default=0.25, help="share of records rewriting a held window")
+    ap.add_argument("--lookups", type=int, default=1_000)
+    ap.add_argument("--prune-share", type=float, default=0.9, help="share of the windows a prune closes")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--baseline-ref", default="main", help="git ref of the in-memory live.py")
+    ap.add_argument("--state-dir", default=None, help="parent of the store's directory (default $TMPDIR)")
+    ap.add_argument("--side", choices=["memory", "store"], help=argparse.SUPPRESS)  # one side, in this process
+    args = ap.parse_args()
+    if args.side:
+        print(json.dumps(run_side(args.side, args)))
+        return
+    argv = sys.argv[1:]
+    results: dict[str, list[dict[str, Any]]] = {"memory": [], "store": []}
+    for rnd in range(1, args.rounds + 1):
+        for side in ("memory", "store"):
+            load = Path("/proc/loadavg").read_text().split()[:3]
+            out = subprocess.run([sys.executable, __file__, *argv, "--side", side], check=True,
+                                 capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            results[side].append(r)
+            print(f"round {rnd} {side:6s} (load {' '.join(load)}): {r['records']:,} records -> {r['rows']:,} rows, "
+                  f"{r['rows_per_cpu_s']:,.0f} records/CPU s ({r['apply_cpu_s']:.1f} s CPU, {r['apply_wall_s']:.1f} s wall); "
+                  f"RSS {r['rss_start_mib']:.0f} -> {r['rss_loaded_mib']:.0f} MiB (peak {r['rss_peak_mib']:.0f}), "
+                  f"disk {r['disk_mib']:.0f} MiB; rows(view, key) p50 {r['lookup_p50_ms']:.2f} ms "
+                  f"p99 {r['lookup_p99_ms']:.2f} ms ({r['rows_per_lookup']:.0f} rows); prune to "
+                  f"{r['rows_after_prune']:,} rows {r['prune_cpu_s']:.1f} s CPU {r['prune_wall_s']:.1f} s wall",
+                  flush=True)
+    mem, store = (statistics.median(x["rows_per_cpu_s"] for x in results[s]) for s in ("memory", "store"))
+    rss_m, rss_s = (statistics.median(x["rss_loaded_mib"] - x["rss_start_mib"] for x in results[s])
+                    for s in ("memory", "store"))
+    print(f"store / memory: apply rate {store / mem:.2f}x, RSS growth {rss_s:.0f} / {rss_m:.0f} MiB "
+          f"({rss_s / rss_m:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
