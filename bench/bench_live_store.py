@@ -119,14 +119,17 @@ def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
     rss_loaded = _status_mib("VmRSS")
     disk = sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file()) / 2**20
 
-    rnd = random.Random(11)
-    lookups, returned = [], 0
-    for _ in range(args.lookups):
-        key = f"K{rnd.randrange(args.keys):05d}"
-        t = time.perf_counter()
-        returned += len(live.rows(TOPIC, key))
-        lookups.append((time.perf_counter() - t) * 1e3)
-    lookups.sort()
+    def lookups() -> tuple[list[float], float]:
+        """Latencies (ms, sorted) of ``rows(view, key)`` on random keys, and rows per answer."""
+        rnd, times, returned = random.Random(11), [], 0
+        for _ in range(args.lookups):
+            key = f"K{rnd.randrange(args.keys):05d}"
+            t = time.perf_counter()
+            returned += len(live.rows(TOPIC, key))
+            times.append((time.perf_counter() - t) * 1e3)
+        return sorted(times), returned / args.lookups
+
+    before, per_lookup = lookups()
 
     hours = args.rows // args.keys
     watermark = T0 + int(hours * args.prune_share) * HOUR
@@ -138,13 +141,16 @@ def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
         table.store.prune(watermark)
     prune_cpu, prune_wall = time.process_time() - c, time.perf_counter() - w
     kept = live.state(TOPIC).rows
+    after, per_lookup_after = lookups()
+    p99 = int(0.99 * (args.lookups - 1))
     result = {
         "side": side, "records": records, "rows": held, "apply_cpu_s": cpu, "apply_wall_s": wall,
         "rows_per_cpu_s": records / cpu, "rss_start_mib": rss_start, "rss_loaded_mib": rss_loaded,
         "rss_peak_mib": _status_mib("VmHWM"), "disk_mib": disk,
-        "lookup_p50_ms": statistics.median(lookups), "lookup_p99_ms": lookups[int(0.99 * (len(lookups) - 1))],
-        "rows_per_lookup": returned / args.lookups, "prune_cpu_s": prune_cpu, "prune_wall_s": prune_wall,
-        "rows_after_prune": kept,
+        "lookup_p50_ms": statistics.median(before), "lookup_p99_ms": before[p99], "rows_per_lookup": per_lookup,
+        "prune_cpu_s": prune_cpu, "prune_wall_s": prune_wall, "rows_after_prune": kept,
+        "pruned_lookup_p50_ms": statistics.median(after), "pruned_lookup_p99_ms": after[p99],
+        "rows_per_pruned_lookup": per_lookup_after,
     }
     live.close()
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -180,7 +186,9 @@ def main() -> None:
                   f"RSS {r['rss_start_mib']:.0f} -> {r['rss_loaded_mib']:.0f} MiB (peak {r['rss_peak_mib']:.0f}), "
                   f"disk {r['disk_mib']:.0f} MiB; rows(view, key) p50 {r['lookup_p50_ms']:.2f} ms "
                   f"p99 {r['lookup_p99_ms']:.2f} ms ({r['rows_per_lookup']:.0f} rows); prune to "
-                  f"{r['rows_after_prune']:,} rows {r['prune_cpu_s']:.1f} s CPU {r['prune_wall_s']:.1f} s wall",
+                  f"{r['rows_after_prune']:,} rows {r['prune_cpu_s']:.1f} s CPU {r['prune_wall_s']:.1f} s wall; "
+                  f"then rows(view, key) p50 {r['pruned_lookup_p50_ms']:.2f} ms p99 {r['pruned_lookup_p99_ms']:.2f} ms "
+                  f"({r['rows_per_pruned_lookup']:.0f} rows)",
                   flush=True)
     mem, store = (statistics.median(x["rows_per_cpu_s"] for x in results[s]) for s in ("memory", "store"))
     rss_m, rss_s = (statistics.median(x["rss_loaded_mib"] - x["rss_start_mib"] for x in results[s])

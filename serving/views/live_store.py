@@ -236,8 +236,9 @@ class LiveRowStore:
                     self._gate.notify_all()
 
     @staticmethod
-    def _items(db: Rdict, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        """The entries whose key starts with ``prefix``: one iterator (one implicit snapshot),
+    def _items(db: Rdict, prefix: bytes, seek: bytes | None = None) -> list[tuple[bytes, bytes]]:
+        """The entries whose key starts with ``prefix`` (from ``seek``, default ``prefix``):
+        one iterator (one implicit snapshot),
         bounded above so RocksDB stops at the prefix's end. Read whole while the options
         live: an iterator outliving its ``ReadOptions`` answered wrong (2 rows of a key's
         500 in bench_live_store.py), as if it kept a pointer to the freed bound."""
@@ -245,18 +246,25 @@ class LiveRowStore:
 
         bounds = ReadOptions()
         bounds.set_iterate_upper_bound(prefix + _PAST)
-        return list(db.items(from_key=prefix, read_opt=bounds))
+        return list(db.items(from_key=prefix if seek is None else seek, read_opt=bounds))
 
     def rows(self, key: str) -> list[LiveRow]:
-        """The rows of ``key``, in window order (``[]`` when none): one seek."""
+        """The rows of ``key``, in window order (``[]`` when none): one seek, for tumbling and
+        hopping windows to the first start open at :attr:`applied_ms` (past the tombstones
+        prunes left until a compaction drops them)."""
         prefix = _encode_key(key)
         at = len(prefix)
         windowed, unpack_window, unpack_ts = self.spec.windowed, _WINDOW.unpack_from, _TS.unpack_from
+        seek = prefix
+        applied, size = self.applied_ms, self.spec.size_ms
+        if applied is not None and self.spec.window_kind in ("tumbling", "hopping") and size:
+            # open: end + close_after > applied, end = start + size
+            seek = prefix + _u64(applied - self._close_after - size + 1)
         out = []
         with self._reading() as db:
             if db is None:
                 return out
-            for row, stored in self._items(db, prefix):
+            for row, stored in self._items(db, prefix, seek):
                 start = end = None
                 if windowed:
                     start, end = unpack_window(row, at)
