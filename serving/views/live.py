@@ -177,6 +177,14 @@ class LiveViews:
         table = self._tables.get(view)
         return [] if table is None else table.store.view_rows()
 
+    def latest_rows(self, view: str, windows: int) -> list[LiveRow]:
+        """The current rows of the ``windows`` latest window ends of ``view`` (tumbling and
+        hopping views: of its latest ``windows`` windows; sessions: of the sessions ending
+        last; tables: of the rows updated last), any order: their cost is those rows, not the
+        table (:meth:`LiveRowStore.latest_rows <serving.views.live_store.LiveRowStore.latest_rows>`)."""
+        table = self._tables.get(view)
+        return [] if table is None else table.store.latest_rows(windows)
+
     def keys(self, view: str) -> set[str]:
         """The keys with current rows in ``view``."""
         table = self._tables.get(view)

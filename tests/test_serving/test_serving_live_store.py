@@ -105,6 +105,18 @@ def test_a_session_closes_a_gap_and_grace_after_its_end(tmp_path: Path) -> None:
         s.destroy()
 
 
+def test_latest_rows_are_the_rows_of_the_latest_windows(store: LiveRowStore) -> None:
+    store.write([_hour(h, f"{k}{h}", key=k) for k in ("EWR", "JFK", "LGA") for h in range(10)])
+    store.write([_hour(8, None, key="JFK")])
+    latest = store.latest_rows(3)
+    assert sorted((r.key, (r.window_start - T0) // HOUR) for r in latest) == sorted(
+        [(k, h) for k in ("EWR", "JFK", "LGA") for h in (7, 8, 9) if (k, h) != ("JFK", 8)])
+    assert next(r for r in latest if r.key == "LGA" and r.window_start == T0 + 9 * HOUR).value == "LGA9"
+    assert len(store.latest_rows(100)) == store.count == 29 and store.latest_rows(0) == []
+    store.prune(T0 + 8 * HOUR + 10 * MIN)  # hours 0-7 closed
+    assert sorted(r.value for r in store.latest_rows(5)) == ["EWR8", "EWR9", "JFK9", "LGA8", "LGA9"]
+
+
 def test_a_reader_sees_each_write_batch_whole(store: LiveRowStore) -> None:
     """Readers take no lock while the writer writes: every read is one RocksDB snapshot."""
     store.write([_hour(h, "0") for h in range(24)])
