@@ -28,8 +28,9 @@ watermark deletes it instead), so the scan never walks over the tombstones of ea
 Concurrency: one writer (serving's consumer thread: :meth:`write`, :meth:`prune`,
 :meth:`destroy`), any number of readers, who take no lock the writer holds. RocksDB is safe
 for concurrent reads and writes, a write is one atomic ``WriteBatch``, and each read iterates
-over the implicit snapshot its iterator takes: a reader sees every write batch before its
-call and none after it. Only :meth:`destroy` waits, for the readers inside a call to leave
+over the implicit snapshot its iterator takes: a reader of :meth:`rows`, :meth:`view_rows`
+or :meth:`keys` sees every write batch before its call and none after it
+(:meth:`latest_rows` reads twice and leaves out a row deleted in between). Only :meth:`destroy` waits, for the readers inside a call to leave
 (a counter, held for an increment, not for the read); a read after it answers nothing.
 """
 
