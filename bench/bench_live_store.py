@@ -49,13 +49,15 @@ def _baseline_module(ref: str) -> Any:
     """``serving/views/live.py`` of ``ref``, imported as a module of its own."""
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:serving/views/live.py"],
                             check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="bench-live-store-")) / "live_baseline.py"
+    folder = Path(tempfile.mkdtemp(prefix="bench-live-store-"))
+    path = folder / "live_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("live_baseline", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["live_baseline"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
+    shutil.rmtree(folder)
     return module
 
 
