@@ -10,20 +10,32 @@ that budget (128 MiB, memtables charged to it), not by the rows; the rows are fi
 Nothing is durable: the database is scratch space of one serving process, which reads its
 view topics from the beginning at start (docs/live-serving.md).
 
-Layout (one keyspace, two prefixes; integers are big-endian with the sign bit flipped, so
-byte order is numeric order):
+Layout (two column families; integers are big-endian with the sign bit flipped, so byte
+order is numeric order):
 
-* ``b"r" + len(key) (4 bytes) + key (UTF-8) [+ window_start + window_end (8 bytes each)]``
-  -> ``timestamp (8 bytes) + value``: the rows, a key's windows contiguous and in window order
-  (the length prefix keeps one key's rows apart from a longer key that starts alike);
-* ``b"c" + close time (8 bytes) + the row's key without its ``b"r"```: the rows by *close
-  time*, the watermark at which a row is closed (a windowed row: ``spec.close_time_ms(end)``;
-  a table row: its timestamp, as the batch answers a table key not updated after ``W``).
+* default: ``b"r" + len(key) (4 bytes) + key (UTF-8) [+ window_start + window_end (8 bytes
+  each)]`` -> ``timestamp (8 bytes) + value``: the rows, a key's windows contiguous and in
+  window order (the length prefix keeps one key's rows apart from a longer key that starts
+  alike);
+* ``close``: ``close time (8 bytes) + the row's key without its b"r"`` -> ``b""``: the rows by
+  *close time*, the watermark at which a row is closed (a windowed row:
+  ``spec.close_time_ms(end)``; a table row: its timestamp, as the batch answers a table key
+  not updated after ``W``).
 
-A prune to ``W`` reads the close-time entries in ``(previous W, W]``, deletes their rows and
-range-deletes those entries: its cost is the rows it removes, never the rows it keeps. No
-entry at or below the previous ``W`` exists then (a write of a row closed at the applied
-watermark deletes it instead), so the scan never walks over the tombstones of earlier prunes.
+Writes are blind (no read): a record puts its row and its close-time entry, a tombstone
+deletes both. A windowed row's close time follows from its window, so its entry is always
+the one written; a table row updated with a new timestamp leaves its earlier entry behind,
+which a prune reaching it checks against the row's timestamp (and drops). A prune to ``W``
+reads the close-time entries in ``(previous W, W]``, deletes their rows and range-deletes
+those entries: its cost is the rows it removes, never the rows it keeps. No entry at or
+below the previous ``W`` exists then (a row closed at the applied watermark is deleted, not
+written), so the scan never walks over the tombstones of earlier prunes.
+
+The row count (:attr:`LiveRowStore.count`) is RocksDB's ``rocksdb.estimate-num-keys`` of the
+rows' column family, not an exact count: reading each row before writing it (to know whether
+it is new) cost 3.3x the apply time at 1 M rows and grew with the files
+(docs/live-serving.md). :meth:`LiveRowStore.count_rows` counts exactly, in time linear in the
+rows.
 
 Concurrency: one writer (serving's consumer thread: :meth:`write`, :meth:`prune`,
 :meth:`destroy`), any number of readers, who take no lock the writer holds. RocksDB is safe
@@ -56,7 +68,7 @@ __all__ = ["LiveRow", "LiveRowStore", "Put", "PRUNE_BATCH"]
 #: rows deleted per write batch of a prune (bounds the batch's memory)
 PRUNE_BATCH = 10_000
 
-_ROW, _CLOSE = b"r", b"c"
+_ROW = b"r"
 _OFFSET = 1 << 63  # signed -> unsigned, order kept
 _U64 = struct.Struct(">Q")
 _WINDOW = struct.Struct(">QQ")
@@ -75,6 +87,9 @@ class LiveRow:
     value: str
     timestamp: int
 
+
+#: the column family of the close-time entries
+CLOSE_CF = "close"
 
 #: a record to write: ``(key, window_start, window_end, value or None for a tombstone, timestamp)``
 Put = tuple[str, int | None, int | None, bytes | None, int]
@@ -98,7 +113,6 @@ class LiveRowStore:
         watermark_ms: the applied watermark to start at (``None``: nothing is closed).
 
     Attributes:
-        count: rows held (exact: a write reads a row before it changes it).
         applied_ms: the watermark rows are closed at (``None``: none is).
     """
 
@@ -107,10 +121,11 @@ class LiveRowStore:
             raise FileExistsError(f"the live store of {spec.name} needs a new directory, {path} exists")
         self.spec = spec
         self.path = path
-        self.count = 0
         self.applied_ms = watermark_ms
         self._close_after = 0 if not spec.windowed else spec.close_time_ms(0) or 0  # close = end + this
-        self._db: Rdict = open_rdict(path)
+        self._db: Rdict = open_rdict(path, column_families=(CLOSE_CF,))
+        self._by_close: Rdict = self._db.get_column_family(CLOSE_CF)
+        self._close_cf = self._db.get_column_family_handle(CLOSE_CF)
         self._readers = 0
         self._closed = False
         self._gate = threading.Condition()
@@ -130,10 +145,9 @@ class LiveRowStore:
         return window_end + self._close_after
 
     def write(self, puts: Iterable[Put]) -> None:
-        """Apply ``puts`` in order in one atomic write: the latest value per row; a tombstone,
-        or a row closed at :attr:`applied_ms`, deletes the row. Each row is read first (the
-        count is exact; a table row's close time moves), so a record costs a RocksDB get and
-        one or two puts in the batch.
+        """Apply ``puts`` in order in one atomic write batch, reading nothing: the latest value
+        per row; a tombstone, or a row closed at :attr:`applied_ms`, deletes the row. A record
+        costs two puts (the row and its close-time entry) or two deletes in the batch.
 
         Raises:
             ValueError: a windowed row without a window.
@@ -142,71 +156,94 @@ class LiveRowStore:
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
-        put, delete, get, pack_ts = batch.put, batch.delete, self._db.get, _TS.pack
-        written: dict[bytes, bytes | None] = {}  # rows this batch changed (it cannot be read back)
-        windowed, applied, delta = self.spec.windowed, self.applied_ms, 0
+        put, delete, pack_ts, cf = batch.put, batch.delete, _TS.pack, self._close_cf
+        windowed, applied, close_after = self.spec.windowed, self.applied_ms, self._close_after
         for key, start, end, value, ts in puts:
             row = _encode_key(key)
             if windowed:
                 if start is None or end is None:
                     raise ValueError(f"a row of windowed view {self.spec.name} without a window")
                 row += _WINDOW.pack(start + _OFFSET, end + _OFFSET)
-                close = end + self._close_after
+                close = end + close_after
             else:
                 close = ts
-            old = written[row] if row in written else get(row)
-            # a window's close time is its end's; a table row's is its last timestamp
-            old_close = close if old is None or windowed else _TS.unpack_from(old)[0]
-            if value is None or (applied is not None and close <= applied):
-                if old is not None:
-                    delete(row)
-                    delete(_CLOSE + _u64(old_close) + row[1:])
-                    written[row] = None
-                    delta -= 1
-                continue
-            new = pack_ts(ts) + value
-            put(row, new)
-            written[row] = new
-            if old is None:
-                delta += 1
-                put(_CLOSE + _u64(close) + row[1:], b"")
-            elif old_close != close:  # a table row updated: its close time moves
-                delete(_CLOSE + _u64(old_close) + row[1:])
-                put(_CLOSE + _u64(close) + row[1:], b"")
+            if applied is not None and close <= applied:
+                delete(row)  # closed: the batch answers it (its entry, at or below applied, is gone)
+            elif value is None:
+                delete(row)
+                delete(_u64(close) + row[1:], cf)  # a table row's earlier entry: checked at the prune
+            else:
+                put(row, pack_ts(ts) + value)
+                put(_u64(close) + row[1:], b"", cf)
         if not batch.is_empty():
             self._db.write(batch)
-        self.count += delta
+
+    @property
+    def count(self) -> int:
+        """The rows held, estimated: RocksDB's ``rocksdb.estimate-num-keys`` of the rows
+        (overwrites not compacted yet count more than once; ``0`` after :meth:`destroy`)."""
+        with self._reading() as db:
+            return 0 if db is None else int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def count_rows(self) -> int:
+        """The rows held, exactly: one pass over the row keys (time linear in the rows)."""
+        from rocksdict import ReadOptions
+
+        with self._reading() as db:
+            if db is None:
+                return 0
+            bounds = ReadOptions()  # referenced until the loop ends: the iterator reads its bound
+            bounds.set_iterate_upper_bound(_ROW + _PAST)
+            return sum(1 for _ in db.keys(from_key=_ROW, read_opt=bounds))
 
     def prune(self, watermark_ms: int) -> int:
         """Move :attr:`applied_ms` to ``watermark_ms`` and delete the rows closed there, in
-        write batches of :data:`PRUNE_BATCH` rows; returns the rows deleted.
+        write batches of :data:`PRUNE_BATCH` rows; returns the rows deleted. A table row's
+        entry is checked against the row (one multi-get per batch): a row updated since has a
+        later timestamp and stays.
 
         Raises:
             ValueError: when ``watermark_ms`` is before :attr:`applied_ms` (rows closed at
                 the applied watermark are gone: read the topic again into a new store).
         """
-        from rocksdict import ReadOptions, WriteBatch
+        from rocksdict import ReadOptions
 
         if self.applied_ms is not None and watermark_ms < self.applied_ms:
             raise ValueError(f"the live store of {self.spec.name} is pruned at {self.applied_ms}, "
                              f"it cannot move back to {watermark_ms}")
-        lo = _CLOSE if self.applied_ms is None else _CLOSE + _u64(self.applied_ms + 1)
-        hi = _CLOSE + _u64(watermark_ms + 1)  # exclusive
+        lo = b"" if self.applied_ms is None else _u64(self.applied_ms + 1)
+        hi = _u64(watermark_ms + 1)  # exclusive
         self.applied_ms = watermark_ms
         bounds = ReadOptions()  # referenced until the loop ends: the iterator reads its bound
         bounds.set_iterate_upper_bound(hi)
-        removed, batch = 0, WriteBatch(raw_mode=True)
-        for entry in self._db.keys(from_key=lo, read_opt=bounds):
-            batch.delete(_ROW + entry[1 + _U64.size:])
-            removed += 1
-            if removed % PRUNE_BATCH == 0:
-                self._db.write(batch)
-                self.count -= PRUNE_BATCH
-                batch = WriteBatch(raw_mode=True)
-        batch.delete_range(lo, hi)
-        self._db.write(batch)
-        self.count -= removed % PRUNE_BATCH
+        removed, rows = 0, []
+        for entry in self._by_close.keys(from_key=lo, read_opt=bounds):
+            rows.append(_ROW + entry[_U64.size:])
+            if len(rows) == PRUNE_BATCH:
+                removed += self._delete_closed(rows, watermark_ms)
+                rows = []
+        removed += self._delete_closed(rows, watermark_ms, (lo, hi))
         return removed
+
+    def _delete_closed(self, rows: list[bytes], watermark_ms: int,
+                       entries: tuple[bytes, bytes] | None = None) -> int:
+        """Delete ``rows`` (of close-time entries at or below ``watermark_ms``) in one batch,
+        a table row only when its timestamp is at or below it, and the ``entries`` range;
+        returns the rows deleted."""
+        from rocksdict import WriteBatch
+
+        batch = WriteBatch(raw_mode=True)
+        if not self.spec.windowed and rows:
+            rows = list(dict.fromkeys(rows))  # a row with two entries (one left by an update)
+            stored = self._db.get(rows)
+            rows = [r for r, v in zip(rows, stored) if v is not None and _TS.unpack_from(v)[0] <= watermark_ms]
+        for row in rows:
+            batch.delete(row)
+        if entries is not None:
+            batch.delete_range(entries[0], entries[1], self._close_cf)
+        if not batch.is_empty():
+            self._db.write(batch)
+        return len(rows)
 
     def destroy(self) -> None:
         """Wait for the readers inside a call, close the database and delete its directory
@@ -289,27 +326,21 @@ class LiveRowStore:
         backwards through the close-time entries, then one multi-get of their rows, so the
         cost is those rows, not the table (the views page's fresh edge of a lagging view). A
         row deleted between the two reads is left out."""
-        from rocksdict import ReadOptions
-
         if windows <= 0:
             return []
         with self._reading() as db:
             if db is None:
                 return []
-            bounds = ReadOptions()  # referenced until the loop ends: the iterator reads its bound
-            bounds.set_iterate_upper_bound(_ROW)  # (a lower bound made rocksdict 0.3.29's backward keys() empty)
-            wanted: list[bytes] = []
+            wanted: dict[bytes, None] = {}  # a table row may have an entry left by an update
             seen, last = 0, None
-            for entry in db.keys(backwards=True, read_opt=bounds):
-                if not entry.startswith(_CLOSE):
-                    break
-                close = entry[1:1 + _U64.size]
+            for entry in self._by_close.keys(backwards=True):
+                close = entry[:_U64.size]
                 if close != last:
                     seen, last = seen + 1, close
                     if seen > windows:
                         break
-                wanted.append(_ROW + entry[1 + _U64.size:])
-            stored = db.get(wanted) if wanted else []
+                wanted[_ROW + entry[_U64.size:]] = None
+            stored = db.get(list(wanted)) if wanted else []
         return [self._row(row, value) for row, value in zip(wanted, stored) if value is not None]
 
     def _row(self, row: bytes, stored: bytes) -> LiveRow:
