@@ -117,7 +117,7 @@ def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
         wall += time.perf_counter() - w
         records += len(messages)
     gc.collect()
-    held = live.state(TOPIC).rows
+    held = table.store.count_rows() if side == "store" else live.state(TOPIC).rows  # the store's count estimates
     rss_loaded = _status_mib("VmRSS")
     disk = sum(f.stat().st_size for f in state_dir.rglob("*") if f.is_file()) / 2**20
 
@@ -142,7 +142,7 @@ def run_side(side: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         table.store.prune(watermark)
     prune_cpu, prune_wall = time.process_time() - c, time.perf_counter() - w
-    kept = live.state(TOPIC).rows
+    kept = table.store.count_rows() if side == "store" else live.state(TOPIC).rows
     after, per_lookup_after = lookups()
     p99 = int(0.99 * (args.lookups - 1))
     result = {
@@ -192,11 +192,31 @@ def main() -> None:
                   f"then rows(view, key) p50 {r['pruned_lookup_p50_ms']:.2f} ms p99 {r['pruned_lookup_p99_ms']:.2f} ms "
                   f"({r['rows_per_pruned_lookup']:.0f} rows)",
                   flush=True)
-    mem, store = (statistics.median(x["rows_per_cpu_s"] for x in results[s]) for s in ("memory", "store"))
-    rss_m, rss_s = (statistics.median(x["rss_loaded_mib"] - x["rss_start_mib"] for x in results[s])
-                    for s in ("memory", "store"))
-    print(f"store / memory: apply rate {store / mem:.2f}x, RSS growth {rss_s:.0f} / {rss_m:.0f} MiB "
-          f"({rss_s / rss_m:.2f}x)")
+    _side_by_side(results)
+
+
+def _side_by_side(results: dict[str, list[dict[str, Any]]]) -> None:
+    """The medians of the rounds, in memory beside the store, and their ratio."""
+    def med(side: str, f: Any) -> float:
+        return statistics.median(f(x) for x in results[side])
+
+    rows = [
+        ("records applied per CPU s", lambda x: x["rows_per_cpu_s"], "{:,.0f}"),
+        ("apply CPU s", lambda x: x["apply_cpu_s"], "{:.1f}"),
+        ("apply wall s", lambda x: x["apply_wall_s"], "{:.1f}"),
+        ("RSS growth after the load, MiB", lambda x: x["rss_loaded_mib"] - x["rss_start_mib"], "{:.0f}"),
+        ("RSS peak growth, MiB", lambda x: x["rss_peak_mib"] - x["rss_start_mib"], "{:.0f}"),
+        ("disk, MiB", lambda x: x["disk_mib"], "{:.0f}"),
+        ("rows(view, key) p50 ms", lambda x: x["lookup_p50_ms"], "{:.2f}"),
+        ("rows(view, key) p99 ms", lambda x: x["lookup_p99_ms"], "{:.2f}"),
+        ("prune CPU s", lambda x: x["prune_cpu_s"], "{:.1f}"),
+        ("after the prune, rows(view, key) p50 ms", lambda x: x["pruned_lookup_p50_ms"], "{:.2f}"),
+    ]
+    print(f"{'median of ' + str(len(results['store'])) + ' round(s)':42s} {'in memory':>12s} {'store':>12s} {'store/memory':>13s}")
+    for name, f, fmt in rows:
+        m, s = med("memory", f), med("store", f)
+        ratio = f"{s / m:.2f}x" if m else "-"
+        print(f"{name:42s} {fmt.format(m):>12s} {fmt.format(s):>12s} {ratio:>13s}")
 
 
 if __name__ == "__main__":

@@ -377,6 +377,9 @@ def serve(
     bootstrap: Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers of the speed layer's "
         "view topics (default $KAFKA_BOOTSTRAP_SERVERS): answers merge their current rows; none: the published views "
         "alone.")] = None,
+    live_dir: Annotated[Optional[Path], typer.Option("--live-dir", help="Base folder of the live table's RocksDB "
+        "stores (with --bootstrap; default $DUET_SERVING_LIVE_DIR, else <duet_home>/state/serving-live): this "
+        "process's folder below it is removed at shutdown, one left by a crashed process at the next start.")] = None,
 ) -> None:
     """Serve the pipeline's merged views over HTTP (FastAPI + uvicorn): the pages /ui and
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
@@ -394,7 +397,7 @@ def serve(
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
     about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
     from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
-    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap))
+    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap), live_dir=live_dir)
 
 
 # --------------------------------------------------------------------------- query

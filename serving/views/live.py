@@ -15,8 +15,9 @@ snapshot just before still finds the rows it needs). A watermark that moves back
 rebuilt) re-reads the topic.
 
 The rows are in a RocksDB database per view (:class:`~serving.views.live_store.LiveRowStore`),
-in a temporary directory of this process (under ``state_dir``, default the system's temporary
-folder: ``$TMPDIR``), removed by :meth:`LiveViews.close`. Memory is therefore bounded by the
+in a folder of this process below ``state_dir`` (default ``$DUET_SERVING_LIVE_DIR``, else
+``<duet_home>/state/serving-live``), removed by :meth:`LiveViews.close`; the next process
+removes a folder a crashed one left (:mod:`serving.views.live_dir`). Memory is therefore bounded by the
 process's shared RocksDB block cache and write buffers (128 MiB,
 :func:`~speed_layer.state.backends.shared_memory`), however far the batch watermark lags; the
 rows take disk. Nothing is kept across processes: a serving process (a replica, a restart)
@@ -34,8 +35,6 @@ trails the aggregation's stream time by what the speed layer's cache has not flu
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from serving.errors import SpeedSourceError
+from serving.views.live_dir import LiveDir
+from serving.views.live_dir import claim as claim_live_dir
 from serving.views.live_store import LiveRow, LiveRowStore, Put
 from serving.views.model import ViewSpec
 from serving.views.speed import decode_view_key
@@ -71,7 +72,8 @@ class LiveState:
             no record yet).
         caught_up: whether every partition was read up to the end offset it had when it was
             assigned (before, answers may lack speed rows the topic already holds).
-        rows: rows held (the open windows at the prune watermark).
+        rows: rows held (the open windows at the prune watermark), estimated by RocksDB
+            (:attr:`LiveRowStore.count <serving.views.live_store.LiveRowStore.count>`).
         error: the last consumer error, ``None`` when reading works.
         skipped: records of any view topic skipped since the start because they break the
             contract (a key that is not the windowed JSON, a value that is not UTF-8).
@@ -109,8 +111,9 @@ class LiveViews:
             followed from then on, its topic from the beginning).
         config: extra librdkafka consumer settings.
         clock: monotonic clock in seconds (the prune delay).
-        state_dir: where the temporary directory of the row stores is made (default: the
-            system's temporary folder); the directory is removed by :meth:`close`.
+        state_dir: the base folder of the row stores' folder (default
+            :func:`serving.views.live_dir.default_base`); this process's folder below it is
+            made at the first view followed and removed by :meth:`close`.
 
     :meth:`start` starts the thread, :meth:`close` stops it (also as a context manager).
     """
@@ -124,7 +127,7 @@ class LiveViews:
         self._clock = clock
         self._lock = threading.Lock()  # the table map and each table's pending / stream time
         self._state_dir = state_dir
-        self._dir: Path | None = None  # the row stores' temporary directory, made at the first view
+        self._dir: LiveDir | None = None  # the row stores' folder, claimed at the first view
         self._stores_made = 0
         self._tables: dict[str, _ViewTable] = {}
         self._stop = threading.Event()
@@ -154,7 +157,7 @@ class LiveViews:
         for table in tables:
             table.store.destroy()
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir.release()
             self._dir = None
 
     def __enter__(self) -> LiveViews:
@@ -306,10 +309,10 @@ class LiveViews:
     def _new_table(self, view: str, spec: ViewSpec, watermark: int | None) -> _ViewTable:
         """A table of ``view`` with an empty row store in a new directory."""
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="duet-serving-live-", dir=self._state_dir))
-            weakref.finalize(self, shutil.rmtree, self._dir, True)  # an interpreter exiting without close()
+            self._dir = claim_live_dir(self._state_dir)
+            weakref.finalize(self, self._dir.release)  # an interpreter exiting without close()
         self._stores_made += 1
-        return _ViewTable(spec, LiveRowStore(spec, self._dir / f"{self._stores_made:05d}-{view}", watermark))
+        return _ViewTable(spec, LiveRowStore(spec, self._dir.path / f"{self._stores_made:05d}-{view}", watermark))
 
     def _unassign(self, consumer: Any, view: str) -> None:
         from confluent_kafka import TopicPartition

@@ -3,6 +3,9 @@ broker-free: real RocksDB, real confluent_kafka Message objects, no broker."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message
 
+import serving.views.live_dir as live_dir
 import serving.views.live_store as live_store
 from serving.views.live import LiveViews
 from serving.views.live_store import LiveRow, LiveRowStore
@@ -202,3 +206,66 @@ def test_the_count_is_rocksdb_s_estimate_of_the_rows(store: LiveRowStore) -> Non
     assert store.count_rows() == 1_000 and 1_000 <= store.count <= 1_050
     store.prune(T0 + 90 * HOUR + 10 * MIN)  # hours 0-89 of the 10 keys
     assert store.count_rows() == 100 and 100 <= store.count <= 150
+
+
+_CHILD = """
+import sys, time
+from serving.views.live import LiveViews
+from serving.views.model import ViewSpec
+live = LiveViews("127.0.0.1:9", lambda: {}, state_dir=sys.argv[1])
+table = live._new_table("hourly", ViewSpec.tumbling("hourly", 3_600_000), None)
+table.store.write([("EWR", 0, 3_600_000, b"1", 1)])
+print(table.store.path, flush=True)
+time.sleep(60)
+"""
+
+
+def _child_with_a_store(base: Path) -> tuple[subprocess.Popen[str], Path]:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(base)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert child.stdout is not None
+    return child, Path(child.stdout.readline().strip())
+
+
+def test_a_folder_left_by_a_killed_process_is_removed_at_the_next_start(tmp_path: Path) -> None:
+    """A serving process killed before its shutdown leaves its stores; the next one removes
+    them when it claims its folder, and leaves those of a process still running alone."""
+    killed, killed_store = _child_with_a_store(tmp_path)
+    running, running_store = _child_with_a_store(tmp_path)
+    try:
+        killed.kill()
+        killed.wait(10)
+        assert killed_store.is_dir() and running_store.is_dir()
+        (tmp_path / "not-a-folder").write_text("left alone")
+        live = LiveViews("127.0.0.1:9", lambda: {}, state_dir=tmp_path)
+        try:
+            table = live._new_table("hourly", HOURLY, None)
+            live._tables["hourly"] = table
+            table.store.write([_hour(0, "a")])
+            assert [r.value for r in live.rows("hourly", "EWR")] == ["a"]
+            assert not killed_store.parent.exists() and running_store.is_dir()
+            assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+                [running_store.parent.name, table.store.path.parent.name, "not-a-folder"])
+        finally:
+            live.close()
+        assert not table.store.path.parent.exists() and running_store.is_dir()
+    finally:
+        running.kill()
+        running.wait(10)
+    live_dir.remove_stale(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["not-a-folder"]
+
+
+def test_a_base_folder_that_cannot_be_written_fails_with_its_name(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match="live stores' folder .*file/base"):
+        live_dir.claim(tmp_path / "file" / "base")
+
+
+def test_the_default_base_is_under_the_state_folder_or_the_environment_s(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    monkeypatch.delenv(live_dir.ENV, raising=False)
+    monkeypatch.setenv("DUET_HOME", str(tmp_path / "home"))
+    assert live_dir.default_base() == tmp_path / "home" / "state" / "serving-live"
+    monkeypatch.setenv(live_dir.ENV, str(tmp_path / "elsewhere"))
+    assert live_dir.default_base() == tmp_path / "elsewhere"
