@@ -33,7 +33,7 @@ written), so the scan never walks over the tombstones of earlier prunes.
 
 The row count (:attr:`LiveRowStore.count`) is RocksDB's ``rocksdb.estimate-num-keys`` of the
 rows' column family, not an exact count: reading each row before writing it (to know whether
-it is new) cost 3.3x the apply time at 1 M rows and grew with the files
+it is new) tripled the apply's CPU time at 1 M rows and grew with the files
 (docs/live-serving.md). :meth:`LiveRowStore.count_rows` counts exactly, in time linear in the
 rows.
 
