@@ -385,8 +385,10 @@ def serve(
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
     /quality; OpenAPI at /docs."""
     setup_logging(False)
-    from pipelines.preflight import check_lake_served, check_port_free
+    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
+    from pipelines.preflight import UserError, check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
+    from serving.views.live_dir import check_base
 
     from serving.api.pages import About
 
@@ -394,9 +396,13 @@ def serve(
         pipeline, root = pipeline_and_lake(pipeline_ref, lake, write=False)
         check_lake_served(root)
         check_port_free(host, port)
+        if external_bootstrap(bootstrap) is not None:
+            try:
+                check_base(live_dir)
+            except OSError as exc:
+                raise UserError(str(exc)) from None
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
     about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
-    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
     serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap), live_dir=live_dir)
 
 

@@ -138,7 +138,12 @@ class LiveViews:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> LiveViews:
-        """Start following (idempotent). Returns ``self``."""
+        """Claim the row stores' folder and start following (idempotent). Returns ``self``.
+
+        Raises:
+            OSError: the folder's base (``state_dir``) cannot be created or written.
+        """
+        self._claim()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="duet-serving-live", daemon=True)
             self._thread.start()
@@ -308,11 +313,15 @@ class LiveViews:
 
     def _new_table(self, view: str, spec: ViewSpec, watermark: int | None) -> _ViewTable:
         """A table of ``view`` with an empty row store in a new directory."""
+        self._stores_made += 1
+        return _ViewTable(spec, LiveRowStore(spec, self._claim() / f"{self._stores_made:05d}-{view}", watermark))
+
+    def _claim(self) -> Path:
+        """This process's folder of the row stores (claimed at the first call)."""
         if self._dir is None:
             self._dir = claim_live_dir(self._state_dir)
             weakref.finalize(self, self._dir.release)  # an interpreter exiting without close()
-        self._stores_made += 1
-        return _ViewTable(spec, LiveRowStore(spec, self._dir.path / f"{self._stores_made:05d}-{view}", watermark))
+        return self._dir.path
 
     def _unassign(self, consumer: Any, view: str) -> None:
         from confluent_kafka import TopicPartition

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["ENV", "LiveDir", "claim", "default_base", "remove_stale"]
+__all__ = ["ENV", "LiveDir", "check_base", "claim", "default_base", "remove_stale"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,24 @@ def remove_stale(base: Path) -> list[Path]:
     return removed
 
 
+def check_base(base: Path | str | None = None) -> Path:
+    """Create ``base`` (default :func:`default_base`) if missing and check this process can
+    make folders in it; returns it.
+
+    Raises:
+        OSError: it cannot be created or written (the message names it and the setting).
+    """
+    base = default_base() if base is None else Path(base)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as exc:
+        raise OSError(exc.errno, f"the live stores' folder {base} (--live-dir, ${ENV}) is not writable: "
+                      f"{exc.strerror}") from exc
+    return base
+
+
 def claim(base: Path | str | None = None) -> LiveDir:
     """Remove the stale folders below ``base`` (default :func:`default_base`), then make and
     lock a new folder there for this process.
@@ -109,9 +127,8 @@ def claim(base: Path | str | None = None) -> LiveDir:
     Raises:
         OSError: ``base`` cannot be created or written (a clear message names it).
     """
-    base = default_base() if base is None else Path(base)
+    base = check_base(base)
     try:
-        base.mkdir(parents=True, exist_ok=True)
         remove_stale(base)
         path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
     except OSError as exc:
