@@ -31,11 +31,12 @@ those entries: its cost is the rows it removes, never the rows it keeps. No entr
 below the previous ``W`` exists then (a row closed at the applied watermark is deleted, not
 written), so the scan never walks over the tombstones of earlier prunes.
 
-The row count (:attr:`LiveRowStore.count`) is RocksDB's ``rocksdb.estimate-num-keys`` of the
-rows' column family, not an exact count: reading each row before writing it (to know whether
-it is new) tripled the apply's CPU time at 1 M rows and grew with the files
-(docs/live-serving.md). :meth:`LiveRowStore.count_rows` counts exactly, in time linear in the
-rows.
+The row count (:attr:`LiveRowStore.count`) is exact after each prune (one pass over the keys
+kept, :meth:`LiveRowStore.count_rows`) plus what RocksDB's ``rocksdb.estimate-num-keys`` of
+the rows' column family grew by since: the writes read nothing, as reading each row before
+writing it (to know whether it is new) tripled the apply's CPU time at 1 M rows and grew with
+the files (docs/live-serving.md); a row rewritten since the prune may count more than once
+until a flush merges its versions.
 
 Concurrency: one writer (serving's consumer thread: :meth:`write`, :meth:`prune`,
 :meth:`destroy`), any number of readers, who take no lock the writer holds. RocksDB is safe
@@ -122,6 +123,7 @@ class LiveRowStore:
         self.spec = spec
         self.path = path
         self.applied_ms = watermark_ms
+        self._counted = (0, 0)  # (exact rows, RocksDB's estimate) at the last prune
         self._close_after = 0 if not spec.windowed else spec.close_time_ms(0) or 0  # close = end + this
         self._db: Rdict = open_rdict(path, column_families=(CLOSE_CF,))
         self._by_close: Rdict = self._db.get_column_family(CLOSE_CF)
@@ -180,10 +182,16 @@ class LiveRowStore:
 
     @property
     def count(self) -> int:
-        """The rows held, estimated: RocksDB's ``rocksdb.estimate-num-keys`` of the rows
-        (overwrites not compacted yet count more than once; ``0`` after :meth:`destroy`)."""
+        """The rows held, estimated: exact at the last prune, plus the growth of RocksDB's
+        ``rocksdb.estimate-num-keys`` of the rows since (a row rewritten since may count more
+        than once until a flush merges its versions; ``0`` after :meth:`destroy`)."""
+        exact, estimated = self._counted
         with self._reading() as db:
-            return 0 if db is None else int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
+            return 0 if db is None else max(0, exact + self._estimate(db) - estimated)
+
+    @staticmethod
+    def _estimate(db: Rdict) -> int:
+        return int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
     def count_rows(self) -> int:
         """The rows held, exactly: one pass over the row keys (time linear in the rows)."""
@@ -198,9 +206,9 @@ class LiveRowStore:
 
     def prune(self, watermark_ms: int) -> int:
         """Move :attr:`applied_ms` to ``watermark_ms`` and delete the rows closed there, in
-        write batches of :data:`PRUNE_BATCH` rows; returns the rows deleted. A table row's
-        entry is checked against the row (one multi-get per batch): a row updated since has a
-        later timestamp and stays.
+        write batches of :data:`PRUNE_BATCH` rows, then count the rows kept; returns the rows
+        deleted. A table row's entry is checked against the row (one multi-get per batch): a
+        row updated since has a later timestamp and stays.
 
         Raises:
             ValueError: when ``watermark_ms`` is before :attr:`applied_ms` (rows closed at
@@ -223,6 +231,7 @@ class LiveRowStore:
                 removed += self._delete_closed(rows, watermark_ms)
                 rows = []
         removed += self._delete_closed(rows, watermark_ms, (lo, hi))
+        self._counted = (self.count_rows(), self._estimate(self._db))  # no write in between: one thread writes
         return removed
 
     def _delete_closed(self, rows: list[bytes], watermark_ms: int,
