@@ -377,13 +377,18 @@ def serve(
     bootstrap: Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers of the speed layer's "
         "view topics (default $KAFKA_BOOTSTRAP_SERVERS): answers merge their current rows; none: the published views "
         "alone.")] = None,
+    live_dir: Annotated[Optional[Path], typer.Option("--live-dir", help="Base folder of the live table's RocksDB "
+        "stores (with --bootstrap; default $DUET_SERVING_LIVE_DIR, else <duet_home>/state/serving-live): this "
+        "process's folder below it is removed at shutdown, one left by a crashed process at the next start.")] = None,
 ) -> None:
     """Serve the pipeline's merged views over HTTP (FastAPI + uvicorn): the pages /ui and
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
     /quality; OpenAPI at /docs."""
     setup_logging(False)
-    from pipelines.preflight import check_lake_served, check_port_free
+    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
+    from pipelines.preflight import UserError, check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
+    from serving.views.live_dir import check_base
 
     from serving.api.pages import About
 
@@ -391,10 +396,14 @@ def serve(
         pipeline, root = pipeline_and_lake(pipeline_ref, lake, write=False)
         check_lake_served(root)
         check_port_free(host, port)
+        if external_bootstrap(bootstrap) is not None:
+            try:
+                check_base(live_dir)
+            except OSError as exc:
+                raise UserError(str(exc)) from None
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
     about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
-    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
-    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap))
+    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap), live_dir=live_dir)
 
 
 # --------------------------------------------------------------------------- query

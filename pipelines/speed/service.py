@@ -11,8 +11,6 @@ and ``late_windows()``).
 
 from __future__ import annotations
 
-import os
-
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipelines.produce.replay import Feed, ReplayStats
+from speed_layer.runtime.paths import state_root
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,17 +41,6 @@ __all__ = [
     "metric_total",
     "state_root",
 ]
-
-
-def state_root() -> Path:
-    """``$DUET_STATE_DIR`` when set, else ``<duet_home>/state``: the folder of the speed
-    layer's state folders (one per application id, Kafka Streams' ``state.dir``). Separate
-    roots keep two users of one checkout (or two test workers) out of each other's state:
-    ``duet run``'s reset leaves a folder a running speed layer holds, and warns."""
-    from speed_layer.runtime.paths import duet_home
-
-    env = os.environ.get("DUET_STATE_DIR", "").strip()
-    return Path(env).expanduser().resolve() if env else duet_home() / "state"
 
 
 def new_application_id(prefix: str) -> str:

@@ -100,7 +100,7 @@ class SpeedViewState(BaseModel):
     stream_time_ms: int | None = Field(description="the largest record timestamp read, epoch ms")
     stream_time: str | None
     caught_up: bool = Field(description="whether the topic was read to its end offsets once")
-    rows: int = Field(description="rows held: the windows open at the batch watermark")
+    rows: int = Field(description="rows held (RocksDB's estimate): the windows open at the batch watermark")
 
 
 class HealthResponse(BaseModel):
@@ -238,7 +238,7 @@ def _bound(text: str | None, name: str) -> int | None:
 
 
 def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About | None = None,
-               bootstrap: str | None = None) -> FastAPI:
+               bootstrap: str | None = None, live_dir: Path | str | None = None) -> FastAPI:
     """Build the API over ``<lake>`` (reads ``serving/``, ``views/_batch.json``, ``quality/``).
 
     Args:
@@ -250,6 +250,10 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
             read from the view output topics (:class:`~serving.views.live.LiveViews`, started
             at the app's startup, stopped at its shutdown); ``None``: the published snapshots
             alone.
+        live_dir: the base folder of the live table's RocksDB stores (default
+            ``$DUET_SERVING_LIVE_DIR``, else ``<duet_home>/state/serving-live``;
+            :mod:`serving.views.live_dir`): this process's folder below it is removed at the
+            app's shutdown, and a folder a crashed process left at the next start.
     """
     from batch_layer.delta.storage import is_object_store
 
@@ -257,7 +261,7 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
     index = ViewIndex(lake, refresh_interval_s=refresh_interval_s)
     served = ServedViews(index)
     if bootstrap is not None:
-        served.live = LiveViews(bootstrap, served.served)
+        served.live = LiveViews(bootstrap, served.served, state_dir=live_dir)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -442,10 +446,11 @@ def create_app(lake: Path | str, refresh_interval_s: float = 5.0, about: About |
 
 def serve(lake: Path | str, host: str = "127.0.0.1", port: int = 8000,
           refresh_interval_s: float = 5.0, log_level: str = "info", about: About | None = None,
-          bootstrap: str | None = None) -> None:
-    """Run the API with uvicorn (blocking) on ``host:port`` (``about``, ``bootstrap``: see
-    :func:`create_app`)."""
+          bootstrap: str | None = None, live_dir: Path | str | None = None) -> None:
+    """Run the API with uvicorn (blocking) on ``host:port`` (``about``, ``bootstrap``,
+    ``live_dir``: see :func:`create_app`)."""
     import uvicorn
 
-    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, about=about, bootstrap=bootstrap),
+    uvicorn.run(create_app(lake, refresh_interval_s=refresh_interval_s, about=about, bootstrap=bootstrap,
+                           live_dir=live_dir),
                 host=host, port=port, log_level=log_level)

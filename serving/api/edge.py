@@ -6,7 +6,10 @@ with ``key``, that key's merged rows (:meth:`ServedViews.page` from the first wi
 still be open at ``W``); without, the speed layer's current rows of every key
 (:class:`~serving.views.live.LiveViews`) combined per window: the number of keys and the sum
 of a numeric ``field`` of their values. The body carries ``W`` and the speed layer's stream
-time (ms and ISO-8601 UTC).
+time (ms and ISO-8601 UTC). Of a tumbling or hopping view only the rows of the latest
+:data:`MAX_EDGE_WINDOWS` windows are read (:meth:`LiveViews.latest_rows
+<serving.views.live.LiveViews.latest_rows>`): a view whose batch watermark lags holds
+millions of live rows, and the page asks every second.
 """
 
 from __future__ import annotations
@@ -100,7 +103,12 @@ def edge_router(served: ServedViews) -> APIRouter:
                      "source": r["source"]} for r in page.rows[-MAX_EDGE_WINDOWS:]]
         else:
             windows: dict[tuple[int | None, int | None], list[float]] = {}
-            live = [] if served.live is None else served.live.view_rows(view)
+            if served.live is None:
+                live = []
+            elif snap.spec.window_kind in ("tumbling", "hopping"):  # window order is end order
+                live = served.live.latest_rows(view, MAX_EDGE_WINDOWS)
+            else:
+                live = served.live.view_rows(view)
             for r in live:
                 if r.window_end is not None and snap.spec.is_closed(r.window_end, w):
                     continue

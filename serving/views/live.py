@@ -11,8 +11,19 @@ Per view the table holds the latest value of each ``(key, window_start, window_e
 tombstone deletes it), as a source KTable of the topic would, but only the rows that are not
 closed at the view's *prune watermark*: the batch watermark of the served snapshot, applied
 :data:`PRUNE_DELAY_S` after a new snapshot is first seen (a request that took the previous
-snapshot just before still finds the rows it needs). Memory therefore holds the fresh edge,
-not the history. A watermark that moves back (a lake rebuilt) re-reads the topic.
+snapshot just before still finds the rows it needs). A watermark that moves back (a lake
+rebuilt) re-reads the topic.
+
+The rows are in a RocksDB database per view (:class:`~serving.views.live_store.LiveRowStore`),
+in a folder of this process below ``state_dir`` (default ``$DUET_SERVING_LIVE_DIR``, else
+``<duet_home>/state/serving-live``), removed by :meth:`LiveViews.close`; the next process
+removes a folder a crashed one left (:mod:`serving.views.live_dir`). Memory is therefore bounded by the
+process's shared RocksDB block cache and write buffers (128 MiB,
+:func:`~speed_layer.state.backends.shared_memory`), however far the batch watermark lags; the
+rows take disk. Nothing is kept across processes: a serving process (a replica, a restart)
+reads its view topics from the beginning, as before the store. Readers take no lock the
+consumer thread holds while it writes (each read is a RocksDB iterator over an implicit
+snapshot, each write one atomic batch: see live_store.py).
 
 The speed layer's *stream time* of a view, as this table knows it, is the largest record
 timestamp read from its topic (ms): a windowed aggregate's output record carries the largest
@@ -27,11 +38,16 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from serving.errors import SpeedSourceError
+from serving.views.live_dir import LiveDir
+from serving.views.live_dir import claim as claim_live_dir
+from serving.views.live_store import LiveRow, LiveRowStore, Put
 from serving.views.model import ViewSpec
 from serving.views.speed import decode_view_key
 
@@ -43,24 +59,8 @@ log = logging.getLogger(__name__)
 PRUNE_DELAY_S = 30.0
 #: seconds between two looks at the served views (new view topics, new watermarks)
 VIEWS_CHECK_S = 1.0
-#: records taken per ``consume`` call
+#: records taken per ``consume`` call (written to the stores in one batch per view)
 CONSUME_BATCH = 2_000
-#: decoded records put in per hold of the lock readers take
-APPLY_CHUNK = 200
-
-#: ``(window_start, window_end)`` of a row, ``(None, None)`` for a table row
-Window = tuple[int | None, int | None]
-
-
-@dataclass(frozen=True)
-class LiveRow:
-    """One current row of a view topic (times in epoch ms)."""
-
-    key: str
-    window_start: int | None
-    window_end: int | None
-    value: str
-    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,8 @@ class LiveState:
             no record yet).
         caught_up: whether every partition was read up to the end offset it had when it was
             assigned (before, answers may lack speed rows the topic already holds).
-        rows: rows held (the open windows at the prune watermark).
+        rows: rows held (the open windows at the prune watermark), estimated by RocksDB
+            (:attr:`LiveRowStore.count <serving.views.live_store.LiveRowStore.count>`).
         error: the last consumer error, ``None`` when reading works.
         skipped: records of any view topic skipped since the start because they break the
             contract (a key that is not the windowed JSON, a value that is not UTF-8).
@@ -88,44 +89,15 @@ class LiveState:
 @dataclass
 class _ViewTable:
     spec: ViewSpec
-    rows: dict[str, dict[Window, tuple[str, int]]] = field(default_factory=dict)
-    count: int = 0
+    store: LiveRowStore
     stream_time_ms: int | None = None
     pending: dict[int, int] = field(default_factory=dict)  # partition -> end offset at assignment
-    applied_ms: int | None = None  # the prune watermark applied
     next_ms: tuple[int | None, float] | None = None  # a newer watermark and when it was seen
 
-    def closed(self, window: Window, timestamp: int) -> bool:
-        w = self.applied_ms
-        if w is None:
-            return False
-        if not self.spec.windowed:
-            return timestamp <= w  # the batch answers a table key not updated after W
-        return window[1] is not None and self.spec.is_closed(window[1], w)
-
-    def put(self, key: str, window: Window, value: str | None, timestamp: int) -> None:
-        windows = self.rows.get(key)
-        if value is None or self.closed(window, timestamp):
-            if windows is not None and windows.pop(window, None) is not None:
-                self.count -= 1
-                if not windows:
-                    del self.rows[key]
-            return
-        if windows is None:
-            windows = self.rows[key] = {}
-        if window not in windows:
-            self.count += 1
-        windows[window] = (value, timestamp)
-
-    def prune(self) -> None:
-        for key in list(self.rows):
-            windows = self.rows[key]
-            for window, (_, ts) in list(windows.items()):
-                if self.closed(window, ts):
-                    del windows[window]
-                    self.count -= 1
-            if not windows:
-                del self.rows[key]
+    @property
+    def applied_ms(self) -> int | None:
+        """The prune watermark applied."""
+        return self.store.applied_ms
 
 
 class LiveViews:
@@ -139,17 +111,24 @@ class LiveViews:
             followed from then on, its topic from the beginning).
         config: extra librdkafka consumer settings.
         clock: monotonic clock in seconds (the prune delay).
+        state_dir: the base folder of the row stores' folder (default
+            :func:`serving.views.live_dir.default_base`); this process's folder below it is
+            made at the first view followed and removed by :meth:`close`.
 
     :meth:`start` starts the thread, :meth:`close` stops it (also as a context manager).
     """
 
     def __init__(self, bootstrap: str, views: Callable[[], Mapping[str, tuple[ViewSpec, int | None]]],
-                 config: dict[str, Any] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 config: dict[str, Any] | None = None, clock: Callable[[], float] = time.monotonic,
+                 state_dir: str | Path | None = None) -> None:
         self.bootstrap = bootstrap
         self._views = views
         self._config = dict(config or {})
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the table map and each table's pending / stream time
+        self._state_dir = state_dir
+        self._dir: LiveDir | None = None  # the row stores' folder, claimed at the first view
+        self._stores_made = 0
         self._tables: dict[str, _ViewTable] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -159,18 +138,32 @@ class LiveViews:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> LiveViews:
-        """Start following (idempotent). Returns ``self``."""
+        """Claim the row stores' folder and start following (idempotent). Returns ``self``.
+
+        Raises:
+            OSError: the folder's base (``state_dir``) cannot be created or written.
+        """
+        self._claim()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="duet-serving-live", daemon=True)
             self._thread.start()
         return self
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the thread and close the consumer."""
+        """Stop the thread, close the consumer, close the row stores and delete their directory."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.warning("serving: the live views' thread did not stop in %.0f s; closing its stores", timeout_s)
             self._thread = None
+        with self._lock:
+            tables, self._tables = list(self._tables.values()), {}
+        for table in tables:
+            table.store.destroy()
+        if self._dir is not None:
+            self._dir.release()
+            self._dir = None
 
     def __enter__(self) -> LiveViews:
         return self.start()
@@ -179,27 +172,31 @@ class LiveViews:
         self.close()
 
     # -- reads -------------------------------------------------------------------------------
+    # Reads take no lock: a dict lookup is atomic, and a store answers from a RocksDB
+    # snapshot while the consumer thread writes (a table being replaced answers nothing).
     def rows(self, view: str, key: str) -> list[LiveRow]:
         """The current rows of ``key`` in ``view`` (any order; ``[]`` when none or the view is
         not followed)."""
-        with self._lock:
-            table = self._tables.get(view)
-            windows = None if table is None else table.rows.get(key)
-            items = [] if windows is None else list(windows.items())
-        return [LiveRow(key, ws, we, value, ts) for (ws, we), (value, ts) in items]
+        table = self._tables.get(view)
+        return [] if table is None else table.store.rows(key)
 
     def view_rows(self, view: str) -> list[LiveRow]:
         """Every current row of ``view`` (any order)."""
-        with self._lock:
-            table = self._tables.get(view)
-            items = [] if table is None else [(k, list(w.items())) for k, w in table.rows.items()]
-        return [LiveRow(k, ws, we, value, ts) for k, windows in items for (ws, we), (value, ts) in windows]
+        table = self._tables.get(view)
+        return [] if table is None else table.store.view_rows()
+
+    def latest_rows(self, view: str, windows: int) -> list[LiveRow]:
+        """The current rows of the ``windows`` latest window ends of ``view`` (tumbling and
+        hopping views: of its latest ``windows`` windows; sessions: of the sessions ending
+        last; tables: of the rows updated last), any order: their cost is those rows, not the
+        table (:meth:`LiveRowStore.latest_rows <serving.views.live_store.LiveRowStore.latest_rows>`)."""
+        table = self._tables.get(view)
+        return [] if table is None else table.store.latest_rows(windows)
 
     def keys(self, view: str) -> set[str]:
         """The keys with current rows in ``view``."""
-        with self._lock:
-            table = self._tables.get(view)
-            return set() if table is None else set(table.rows)
+        table = self._tables.get(view)
+        return set() if table is None else table.store.keys()
 
     def state(self, view: str) -> LiveState:
         """What is known of ``view`` (a view not followed yet: nothing, not caught up)."""
@@ -207,7 +204,8 @@ class LiveViews:
             table = self._tables.get(view)
             if table is None:
                 return LiveState(None, False, 0, self._error, self._bad_records)
-            return LiveState(table.stream_time_ms, not table.pending, table.count, self._error, self._bad_records)
+            return LiveState(table.stream_time_ms, not table.pending, table.store.count, self._error,
+                             self._bad_records)
 
     def wait_caught_up(self, timeout_s: float = 30.0, views: Iterable[str] | None = None) -> bool:
         """Wait until ``views`` (default: every followed view, at least one) are followed and
@@ -280,11 +278,13 @@ class LiveViews:
                     self._missing.add(view)
                     continue
                 self._missing.discard(view)
-                table = _ViewTable(spec, applied_ms=watermark)
+                pending: dict[int, int] = {}
                 for p in partitions:
                     low, high = consumer.get_watermark_offsets(TopicPartition(view, p), timeout=10)
                     if high > low:
-                        table.pending[p] = high
+                        pending[p] = high
+                table = self._new_table(view, spec, watermark)
+                table.pending = pending
                 with self._lock:
                     self._tables[view] = table
                 consumer.incremental_assign([TopicPartition(view, p, OFFSET_BEGINNING) for p in partitions])
@@ -306,15 +306,30 @@ class LiveViews:
         if table.next_ms is None or table.next_ms[0] != watermark:
             table.next_ms = (watermark, now)
         elif now - table.next_ms[1] >= PRUNE_DELAY_S:
-            with self._lock:
-                table.applied_ms, table.next_ms = watermark, None
-                table.prune()
+            assert watermark is not None  # a watermark gone is a watermark moved back (above)
+            removed = table.store.prune(watermark)  # readers go on meanwhile
+            table.next_ms = None
+            log.info("serving: pruned %d rows of %s closed at %d", removed, view, watermark)
+
+    def _new_table(self, view: str, spec: ViewSpec, watermark: int | None) -> _ViewTable:
+        """A table of ``view`` with an empty row store in a new directory."""
+        self._stores_made += 1
+        return _ViewTable(spec, LiveRowStore(spec, self._claim() / f"{self._stores_made:05d}-{view}", watermark))
+
+    def _claim(self) -> Path:
+        """This process's folder of the row stores (claimed at the first call)."""
+        if self._dir is None:
+            self._dir = claim_live_dir(self._state_dir)
+            weakref.finalize(self, self._dir.release)  # an interpreter exiting without close()
+        return self._dir.path
 
     def _unassign(self, consumer: Any, view: str) -> None:
         from confluent_kafka import TopicPartition
 
         with self._lock:
-            self._tables.pop(view, None)
+            table = self._tables.pop(view, None)
+        if table is not None:
+            table.store.destroy()
         assigned = [tp for tp in consumer.assignment() if tp.topic == view]
         if assigned:
             consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition) for tp in assigned])
@@ -329,19 +344,20 @@ class LiveViews:
         return sorted(tmd.partitions)
 
     def _apply(self, messages: list[Any]) -> None:
-        """Decode ``messages`` (no lock held: only this thread changes the tables), then put
-        them in under the lock, :data:`APPLY_CHUNK` at a time, so readers wait at most for a
-        chunk of dict updates."""
+        """Decode ``messages``, write each view's rows to its store in one batch (no lock
+        held: only this thread writes, readers read RocksDB snapshots), then take up the
+        offsets read (catching up) and the stream time under the lock."""
         from confluent_kafka import KafkaError
 
-        decoded: list[tuple[_ViewTable, Any, tuple[str, Window] | None, str | None]] = []
+        puts: dict[str, tuple[_ViewTable, list[Put]]] = {}
+        read: list[tuple[_ViewTable, Any, bool]] = []  # (table, message, whether it is a row)
         for msg in messages:
             err = msg.error()
             table = self._tables.get(msg.topic())
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     if table is not None and msg.offset() >= table.pending.get(msg.partition(), 0):
-                        decoded.append((table, msg, None, None))
+                        read.append((table, msg, False))
                     continue
                 self._error = str(err)
                 log.warning("serving: error reading view topic %s: %s", msg.topic(), err)
@@ -351,28 +367,29 @@ class LiveViews:
             try:
                 key, start, end = decode_view_key(msg.key(), table.spec.windowed)
                 value = msg.value()
-                text = None if value is None else value.decode("utf-8")
+                if value is not None:
+                    value.decode("utf-8")  # the store keeps the bytes; answers decode them
             except (SpeedSourceError, UnicodeDecodeError) as exc:
                 self._bad_records += 1
                 n = self._bad_records
                 if n <= 10 or (n & (n - 1)) == 0:  # the first ten, then at every power of two
                     log.error("serving: skipped a record of %s[%d]@%d that breaks the view topic contract "
                               "(%d so far): %s", msg.topic(), msg.partition(), msg.offset(), n, exc)
-                decoded.append((table, msg, None, None))  # its offset still counts for catching up
+                read.append((table, msg, False))  # its offset still counts for catching up
                 continue
-            decoded.append((table, msg, (key, (start, end)), text))
-        for first in range(0, len(decoded), APPLY_CHUNK):
-            with self._lock:
-                for table, msg, row, text in decoded[first:first + APPLY_CHUNK]:
-                    p = msg.partition()
-                    if msg.error() is not None:  # end of the partition
-                        table.pending.pop(p, None)
-                        continue
-                    if p in table.pending and msg.offset() >= table.pending[p] - 1:
-                        del table.pending[p]
-                    if row is None:
-                        continue
+            puts.setdefault(msg.topic(), (table, []))[1].append((key, start, end, value, msg.timestamp()[1]))
+            read.append((table, msg, True))
+        for table, rows in puts.values():
+            table.store.write(rows)
+        with self._lock:
+            for table, msg, is_row in read:
+                p = msg.partition()
+                if msg.error() is not None:  # end of the partition
+                    table.pending.pop(p, None)
+                    continue
+                if p in table.pending and msg.offset() >= table.pending[p] - 1:
+                    del table.pending[p]
+                if is_row:
                     ts = msg.timestamp()[1]
                     if table.stream_time_ms is None or ts > table.stream_time_ms:
                         table.stream_time_ms = ts
-                    table.put(row[0], row[1], text, ts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["repo_root", "duet_home", "kafka_jars_dir", "delta_jars_dir", "default_lake"]
+__all__ = ["repo_root", "duet_home", "state_root", "kafka_jars_dir", "delta_jars_dir", "default_lake"]
 
 
 def repo_root() -> Path:
@@ -25,6 +25,16 @@ def duet_home() -> Path:
     """``$DUET_HOME`` when set, else ``<repo>/.duet`` (git-ignored; holds the JVM jars)."""
     env = os.environ.get("DUET_HOME")
     return Path(env).expanduser().resolve() if env else repo_root() / ".duet"
+
+
+def state_root() -> Path:
+    """``$DUET_STATE_DIR`` when set, else ``<duet_home>/state``: the folder of the speed
+    layer's state folders (one per application id, Kafka Streams' ``state.dir``) and of
+    serving's live stores (``serving-live``). Separate roots keep two users of one checkout
+    (or two test workers) out of each other's state: ``duet run``'s reset leaves a folder a
+    running speed layer holds, and warns."""
+    env = os.environ.get("DUET_STATE_DIR", "").strip()
+    return Path(env).expanduser().resolve() if env else duet_home() / "state"
 
 
 def kafka_jars_dir() -> Path:

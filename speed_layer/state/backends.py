@@ -189,19 +189,10 @@ def shared_memory() -> tuple[Any, Any]:
     return _shared
 
 
-def open_rdict(path: Path) -> "Rdict":
-    """A rocksdict database in raw (bytes) mode at ``path``, created if missing, with the
-    write-ahead log off: durability comes from the changelog topic, as in Kafka Streams.
+def _rdict_options() -> Any:
+    """The options of :func:`open_rdict` (of each column family)."""
+    from rocksdict import BlockBasedOptions, Options
 
-    As Kafka Streams' ``RocksDBStore#openDB``: whole-key Bloom filters of 10 bits per key
-    (a get of an absent key, each new window or session, then skips the files that cannot
-    hold it instead of reading an index block of each: without them its cost grows with the
-    files the history wrote), 16 MiB memtables, 3 at most. Kafka also filters only the upper
-    levels (``optimizeFiltersForHits``), which duet does not: most gets of a window store
-    miss. Block cache and memtables are the process's shared ones (:func:`shared_memory`)."""
-    from rocksdict import BlockBasedOptions, Options, Rdict, WriteOptions
-
-    path.parent.mkdir(parents=True, exist_ok=True)
     cache, write_buffers = shared_memory()
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -214,7 +205,31 @@ def open_rdict(path: Path) -> "Rdict":
     opts.set_write_buffer_size(WRITE_BUFFER_SIZE)
     opts.set_max_write_buffer_number(MAX_WRITE_BUFFERS)
     opts.set_write_buffer_manager(write_buffers)
-    db = Rdict(str(path), opts)
+    return opts
+
+
+def open_rdict(path: Path, column_families: tuple[str, ...] = ()) -> "Rdict":
+    """A rocksdict database in raw (bytes) mode at ``path``, created if missing, with the
+    write-ahead log off: durability comes from the changelog topic, as in Kafka Streams.
+
+    As Kafka Streams' ``RocksDBStore#openDB``: whole-key Bloom filters of 10 bits per key
+    (a get of an absent key, each new window or session, then skips the files that cannot
+    hold it instead of reading an index block of each: without them its cost grows with the
+    files the history wrote), 16 MiB memtables, 3 at most. Kafka also filters only the upper
+    levels (``optimizeFiltersForHits``), which duet does not: most gets of a window store
+    miss. Block cache and memtables are the process's shared ones (:func:`shared_memory`).
+    ``column_families``: more column families (created if missing) with the same options; get
+    one with ``db.get_column_family(name)``, write to it in a ``WriteBatch`` with
+    ``db.get_column_family_handle(name)``."""
+    from rocksdict import Rdict, WriteOptions
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opts = _rdict_options()
+    if column_families:
+        opts.create_missing_column_families(True)
+        db = Rdict(str(path), opts, column_families={name: _rdict_options() for name in column_families})
+    else:
+        db = Rdict(str(path), opts)
     wo = WriteOptions()
     wo.disable_wal = True
     db.set_write_options(wo)

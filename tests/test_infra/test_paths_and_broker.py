@@ -36,13 +36,16 @@ def test_paths_follow_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 
 def test_state_root_follows_duet_state_dir_else_duet_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pipelines.speed.service import state_root
+    from serving.views.live_dir import default_base
 
     monkeypatch.delenv("DUET_STATE_DIR", raising=False)
+    monkeypatch.delenv("DUET_SERVING_LIVE_DIR", raising=False)
     monkeypatch.setenv("DUET_HOME", str(tmp_path / "home"))
-    assert state_root() == tmp_path / "home" / "state"
+    assert paths.state_root() == tmp_path / "home" / "state"
     monkeypatch.setenv("DUET_STATE_DIR", str(tmp_path / "mine"))
-    assert state_root() == tmp_path / "mine"
+    assert paths.state_root() == tmp_path / "mine"
+    assert default_base() == tmp_path / "mine" / "serving-live"  # serving's live stores follow it
+    # (the live stores' own tests: tests/test_serving/test_serving_live_store.py)
 
 
 def test_missing_jars_say_make_setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
 
     port, ui_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400", "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": ""}
+           "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": "", "DUET_SERVING_LIVE_DIR": str(tmp_path / "live")}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(tmp_path / "lake"),
                              "--rate", "5", "--years", "2", "--port", str(port), "--speed-port", "0",
                              "--ui-port", str(ui_port)],
@@ -136,6 +136,10 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
                 pass
             assert time.monotonic() < deadline, out.text()[-4000:]
             time.sleep(0.5)
+
+        # serving's live table: RocksDB stores in a folder of its own below $DUET_SERVING_LIVE_DIR
+        (claimed,) = (tmp_path / "live").iterdir()
+        assert any(p.name.endswith("-departures_hourly") for p in claimed.iterdir())
 
         # --years 2 is recorded before Dagster loads: its partitions (and the new-data sensor) cover both years
         from pipelines.lake.loaded import loaded_copies
@@ -182,3 +186,4 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
     assert "Traceback" not in text, text[-4000:]
     ends = [line for line in text.splitlines() if line.startswith("duet up: stopped (SIGINT)")]
     assert len(ends) == 1 and "serving and Dagster stopped" in ends[0], text[-4000:]
+    assert list((tmp_path / "live").iterdir()) == []  # serving's shutdown removed its stores' folder

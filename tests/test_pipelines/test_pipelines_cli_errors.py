@@ -175,3 +175,13 @@ def test_a_port_in_use(served_lake: Path, busy_port: int) -> None:
     assert_one_line(duet("serve", "--lake", str(served_lake), "--port", str(busy_port)),
                     f"port {busy_port} on 127.0.0.1 is already in use", "--port")
     assert_one_line(duet("ui", "--port", str(busy_port)), f"duet ui: port {busy_port} on 127.0.0.1 is already in use")
+
+
+def test_a_live_stores_folder_that_cannot_be_written(served_lake: Path, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert_one_line(duet("serve", "--lake", str(served_lake), "--port", str(port), "--bootstrap", "127.0.0.1:1",
+                         "--live-dir", str(tmp_path / "a-file" / "live")),
+                    "duet serve: ", f"the live stores' folder {tmp_path / 'a-file' / 'live'}", "--live-dir")

@@ -181,7 +181,7 @@ def test_the_watermark_moves_without_a_seam(tmp_path: Path, kafka_bootstrap: str
                 time.sleep(0.3)
                 publish(lake, [spec], {view_name: batch_until(h)}, {}, T0 + h * HOUR)
             deadline = time.monotonic() + 10  # past the prune delay: the live table drops what W = 10 h closes
-            while (pruned := app.state.served.live.state(view_name).rows) != 2 and time.monotonic() < deadline:
+            while (pruned := len(app.state.served.live.view_rows(view_name))) != 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.3)  # answers after the prune
         finally:
