@@ -26,14 +26,13 @@ MVN ?= mvn
 MVN_FLAGS ?= -q -B
 ARGS ?=
 PYTEST_ARGS ?=
-# pytest-xdist workers of make test (0: the tests run in this process, the default). Each
-# worker starts its own broker, Spark session and browser (~3 GiB); --dist loadfile keeps a
-# file's tests (and its module fixtures) on one worker. On fresh clones on this 2-core machine,
-# 2 workers ran the suite in 22:03 (1343 passed) and 22:12 (2 failed: workers share
-# $(DUET_HOME)/state, so test_quiet_run's `duet run` saw the other worker's running instances
-# and warned; and a /ui range probe got a speed row), against 45:46 in one process on a quiet CI
-# machine. The default stays one process until the workers' state folders are separate.
-TEST_WORKERS ?= 0
+# pytest-xdist workers of make test (0: the tests run in this process). Each worker starts its
+# own broker, Spark session and browser (~3 GiB) and has its own speed-layer state root and
+# DAGSTER_HOME (tests/conftest.py); --dist loadfile keeps a file's tests (and its module
+# fixtures) on one worker. On fresh clones on this 2-core machine: 22:03 quiet (1,343 passed),
+# 42:09 beside other engineers' benchmarks at load 12-20 (1,344 passed), against 45:46 in one
+# process on a quiet CI machine.
+TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed
 KAFKA_STAMP := $(JARS)/kafka/.copied
