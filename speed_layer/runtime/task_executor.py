@@ -31,6 +31,13 @@ ACTIVE_TIME_NS = "active-time-ns"
 MAX_RECORDS_PER_LOOP = 1000
 
 
+def _task_order(task: "StreamTask") -> tuple[int, ...] | str:
+    """A task's place among the thread's tasks on equal head timestamps: its id
+    ``<sub-topology>_<partition>`` as numbers (``"1_10"`` after ``"1_2"``)."""
+    parts = task.task_id.split("_")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else task.task_id
+
+
 class TaskExecutor:
     """Runs the ready tasks of one stream thread.
 
@@ -60,8 +67,14 @@ class TaskExecutor:
         # comes: one held back by a sibling's older record is released once the loop has
         # processed that record (checking only at the start of the loop ran such tasks one
         # record per loop: 3 records per loop through two repartitions instead of 200)
+        # ties on the head timestamp go to the task with the lower id, so the order of a
+        # backlog's records is a function of the data: with the tie left to the dict's order
+        # or to where a run of a task stopped (a buffer running dry, the loop's
+        # max_records), equal timestamps of two tasks reached the repartition topics both
+        # write in a different order from run to run, and one run in four dropped one or
+        # two more window updates as late (issue 42)
         heap = []
-        for i, task in enumerate(self.tasks.values()):
+        for i, task in enumerate(sorted(self.tasks.values(), key=_task_order)):
             if task.buffered():
                 heap.append((task.head_timestamp(), i, task))
         heapq.heapify(heap)
@@ -88,14 +101,14 @@ class TaskExecutor:
             self.begin()
             started = time.perf_counter_ns()
             # a run of the task's records up to the next task's head while it stays ready:
-            # none of its buffers runs dry (process_run stops there) and, for a task reading
-            # partitions this thread sends to, its head stays within the records that would
-            # hold it back (:meth:`Readiness.horizon`); such a task also keeps the loop's order
-            # on equal heads (the lower position first), as when it ran one record per turn
+            # none of its buffers runs dry (process_run stops there), equal heads keep the
+            # loop's order (the lower position first, as when it ran one record per turn)
+            # and, for a task reading partitions this thread sends to, its head stays within
+            # the records that would hold it back (:meth:`Readiness.horizon`)
             until = heap[0][0] if heap else None
+            if heap and heap[0][1] < i:
+                until = heap[0][0] - 1
             if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
-                if heap and heap[0][1] < i:
-                    until = heap[0][0] - 1
                 horizon = readiness.horizon(task)
                 if horizon is not None and (until is None or horizon < until):
                     until = horizon
