@@ -28,7 +28,9 @@ The rules, all times in ms unless named ``_s``:
   this thread sent to one of its empty repartition partitions, with a timestamp ``<=`` its
   head, is on its way back; or while a sibling partition (the same repartition topic,
   owned by another of the thread's tasks) holds, or has on its way, a record older than
-  its head. Processing the task first would advance the stream time of everything
+  its head (as old: its task first in :func:`.upstream.task_order`); or while such a
+  partition, its own or a sibling's, has neither and an upstream task of the thread still
+  has input (its next record may be older than the head: :mod:`.upstream`). Processing the task first would advance the stream time of everything
   downstream of both past that record and make it late there. Exactly-once skips both
   (its sends are invisible until the transaction commits). A record on its way to a
   sibling partition that still buffers records is not waited for: a partition is
@@ -68,6 +70,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Callable, Mapping, Protocol
+
+from .upstream import task_order
 
 __all__ = ["BufferedTask", "Readiness", "UNKNOWN_LAG_WAIT_S", "WATCHDOG_LOG_EVERY_S"]
 
@@ -139,6 +143,9 @@ class Readiness:
         position: ``position(tp)``: the consumer's next offset of ``tp`` (past transaction
             markers; None: unknown), for the backlog's known ends and the lag when nothing
             was fetched from ``tp`` yet.
+        upstream: ``upstream(topic, task_id)`` (:class:`.upstream.UpstreamInput`): the
+            sub-topologies of the thread that may still write ``topic`` for that task, None
+            if none. At-least-once only.
 
     The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
     its way back, a sibling's older record) that ends in enforced processing after
@@ -153,12 +160,17 @@ class Readiness:
                  tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
                  serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread",
                  lag: Callable[[TP], int | None] | None = None, backlog: KnownEnds | None = None,
-                 position: Callable[[TP], int | None] = lambda tp: None) -> None:
+                 position: Callable[[TP], int | None] = lambda tp: None,
+                 upstream: Callable[[str, str], frozenset[int] | None] | None = None) -> None:
         self.max_task_idle_ms = max_task_idle_ms
         self._lag = None if exactly_once else lag
         #: the known ends of a backlog, when they apply (the committer reads them too)
         self.backlog = self._backlog = None if exactly_once or max_task_idle_ms <= 0 else backlog
         self._position = position
+        self._upstream = None if exactly_once else upstream
+        #: set by :meth:`ready`: the sub-topologies whose input the task waits for (the
+        #: executor runs only those meanwhile), None when it waits for nothing upstream
+        self.upstream_wait: frozenset[int] | None = None
         self.exactly_once = exactly_once
         self.task_tps = task_tps
         self.tp_task = tp_task
@@ -171,7 +183,9 @@ class Readiness:
         self.fetched_next: dict[TP, int] = {}
         #: repartition partitions this thread owns (its own sends to them are tracked)
         self.tracked: set[TP] = set()
-        self._siblings: dict[str, list[TP]] = {}
+        #: per task: its sibling partitions (:meth:`_sibling_tps`), and those of them whose
+        #: task comes first on equal timestamps (:func:`task_order`)
+        self._siblings: dict[str, tuple[list[TP], frozenset[TP]]] = {}
         self._feeds_itself: dict[str, bool] = {}
         self._idle_since: dict[str, float] = {}
         #: ``max.task.idle.ms`` deadline (monotonic s) per caught-up empty partition: set the
@@ -225,6 +239,7 @@ class Readiness:
         :attr:`idling` tells whether only ``max.task.idle.ms`` holds it (a caught-up
         partition, its own or a sibling's, that another process may still feed)."""
         self.idling = False
+        self.upstream_wait = None
         if task.buffered() == 0:
             return False
         idle = self.max_task_idle_ms
@@ -261,6 +276,8 @@ class Readiness:
                             why = (RULE_ON_ITS_WAY, tp)
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
+                elif self._unwritten(tp, task):
+                    return False
             if idle > 0:
                 known = self._backlog_state(tp)
                 if known == FETCH:
@@ -280,6 +297,10 @@ class Readiness:
             # otherwise hold this task on UNKNOWN_LAG_WAIT_S's clock (the sibling rule)
             self.idling = True
             return False
+        if wait_s == 0 and self._upstream is not None:
+            for tp in self._sibling_tps(task):
+                if not self.tp_task[tp].buffered_in(*tp) and self._unwritten(tp, task):
+                    return False
         if wait_s == 0 and not self.exactly_once:
             sibling = self._sibling_pending(task)
             if sibling is not None:
@@ -320,6 +341,7 @@ class Readiness:
                 pending = pending_ts(tp, fetched.get(tp, 0))
                 if pending is not None and (horizon is None or pending - 1 < horizon):
                     horizon = pending - 1
+        first = self._siblings[task.task_id][1]
         for tp in self._sibling_tps(task):
             head = self.tp_task[tp].buffered_head(*tp)
             if head is not None:
@@ -328,8 +350,11 @@ class Readiness:
                     horizon = head
                 continue
             pending = pending_ts(tp, fetched.get(tp, 0))
-            if pending is not None and (horizon is None or pending < horizon):
-                horizon = pending
+            if pending is not None:
+                if tp in first:
+                    pending -= 1  # an equal timestamp on its way to an earlier task goes first
+                if horizon is None or pending < horizon:
+                    horizon = pending
         return horizon
 
     def thread_ready(self, now: float) -> bool:
@@ -400,8 +425,19 @@ class Readiness:
         if siblings is None:
             own = self.task_tps[task.task_id]
             topics = {tp[0] for tp in own if tp in self.tracked}
-            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
-        return siblings
+            tps = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
+            mine = task_order(task.task_id)
+            siblings = self._siblings[task.task_id] = (
+                tps, frozenset(tp for tp in tps if task_order(self.tp_task[tp].task_id) < mine))
+        return siblings[0]
+
+    def _unwritten(self, tp: TP, task: BufferedTask) -> bool:
+        """Whether ``tp``, a tracked partition with nothing buffered, has nothing on its way
+        either while an upstream task of the thread still has input (see :attr:`upstream_wait`)."""
+        if self._upstream is None or self._pending(tp, self.fetched_next.get(tp, 0)) is not None:
+            return False
+        self.upstream_wait = self._upstream(tp[0], task.task_id)
+        return self.upstream_wait is not None
 
     def _sibling_idle(self, task: BufferedTask, now: float) -> bool:
         """Whether a sibling partition of the task (see :meth:`_sibling_tps`) that is empty
@@ -471,6 +507,7 @@ class Readiness:
         siblings = self._sibling_tps(task)
         if not siblings:
             return None
+        first = self._siblings[task.task_id][1]
         head = task.head_timestamp()
         for polled in (False, True):
             older: TP | None = None
@@ -482,7 +519,7 @@ class Readiness:
                         break
                     continue  # anything on its way to tp is processed after this record
                 pending = self._pending(tp, self.fetched_next.get(tp, 0))
-                if pending is not None and pending < head:
+                if pending is not None and (pending < head or pending == head and tp in first):
                     older = tp
                     break
             if older is None or polled:

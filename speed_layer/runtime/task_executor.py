@@ -16,6 +16,8 @@ import heapq
 import time
 from typing import TYPE_CHECKING, Callable
 
+from .upstream import subtopology_of, task_order
+
 if TYPE_CHECKING:
     from .readiness import Readiness
     from .task import StreamTask
@@ -29,13 +31,6 @@ TP = tuple[str, int]
 ACTIVE_TIME_NS = "active-time-ns"
 #: records processed between two polls of the consumer
 MAX_RECORDS_PER_LOOP = 1000
-
-
-def _task_order(task: "StreamTask") -> tuple[int, ...] | str:
-    """A task's place among the thread's tasks on equal head timestamps: its id
-    ``<sub-topology>_<partition>`` as numbers (``"1_10"`` after ``"1_2"``)."""
-    parts = task.task_id.split("_")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else task.task_id
 
 
 class TaskExecutor:
@@ -74,15 +69,26 @@ class TaskExecutor:
         # write in a different order from run to run, and one run in four dropped one or
         # two more window updates as late (issue 42)
         heap = []
-        for i, task in enumerate(sorted(self.tasks.values(), key=_task_order)):
+        for i, task in enumerate(sorted(self.tasks.values(), key=lambda t: task_order(t.task_id))):
             if task.buffered():
                 heap.append((task.head_timestamp(), i, task))
         heapq.heapify(heap)
         tracked = readiness.tracked
         n = 0
+        #: while a task waits for its upstream tasks' input (:mod:`.upstream`): only those run
+        allowed: frozenset[int] | None = None
         while heap and n < max_records:
             _, i, task = heapq.heappop(heap)
+            if allowed is not None and subtopology_of(task.task_id) not in allowed:
+                continue
             if not readiness.ready(task, now):
+                wait = readiness.upstream_wait
+                if wait is not None:
+                    # a repartition partition it reads has no next record yet, and tasks of
+                    # this thread upstream of it still have input: they run first (later
+                    # heads: a held back task does not stop them), the others wait with it
+                    allowed = wait if allowed is None else allowed & wait
+                    continue
                 if readiness.idling:
                     # max.task.idle.ms on a partition another process may feed (KIP-695):
                     # its order against this thread's other tasks is not this thread's to keep
