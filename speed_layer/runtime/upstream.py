@@ -61,6 +61,7 @@ class UpstreamInput:
         self.task_tps = task_tps
         self.holds = holds
         self.upstream: dict[str, frozenset[int]] = {}
+        self._subs: dict[str, int | None] = {}
         if dynamic:
             return
         for topic in writers:
@@ -83,10 +84,16 @@ class UpstreamInput:
 
     def __call__(self, topic: str, task_id: str) -> frozenset[int] | None:
         ups = self.upstream.get(topic)
-        if not ups or subtopology_of(task_id) in ups:
+        if not ups:
+            return None
+        subs = self._subs
+        if subs.get(task_id, -1) in ups or subtopology_of(task_id) in ups:
             return None
         holds = self.holds
         for tid, task in self.tasks.items():
-            if subtopology_of(tid) in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
+            sub = subs.get(tid, -1)
+            if sub == -1:
+                sub = subs[tid] = subtopology_of(tid)  # ids are few: kept for the thread's life
+            if sub in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
                 return ups
         return None
