@@ -84,16 +84,17 @@ class UpstreamInput:
 
     def __call__(self, topic: str, task_id: str) -> frozenset[int] | None:
         ups = self.upstream.get(topic)
-        if not ups:
-            return None
-        subs = self._subs
-        if subs.get(task_id, -1) in ups or subtopology_of(task_id) in ups:
+        if not ups or self._sub(task_id) in ups:
             return None
         holds = self.holds
         for tid, task in self.tasks.items():
-            sub = subs.get(tid, -1)
-            if sub == -1:
-                sub = subs[tid] = subtopology_of(tid)  # ids are few: kept for the thread's life
-            if sub in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
+            if self._sub(tid) in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
                 return ups
         return None
+
+    def _sub(self, task_id: str) -> int | None:
+        """:func:`subtopology_of`, parsed once per task id (a thread's ids are few)."""
+        subs = self._subs
+        if task_id not in subs:
+            subs[task_id] = subtopology_of(task_id)
+        return subs[task_id]
