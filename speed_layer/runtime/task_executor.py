@@ -8,7 +8,9 @@ back while one of its partitions may still have data on the broker (KIP-695 appl
 thread, :mod:`.readiness`): the tasks of a replayed backlog stay at the same event time, so
 their outputs reach downstream repartition topics nearly in timestamp order and downstream
 windows do not see the records of a lagging task as late. Live traffic is unaffected (a
-caught-up partition has seen its end-of-partition).
+caught-up partition has seen its end-of-partition). Equal heads go in task id order, and a
+task waiting for input its upstream tasks in the thread have not written yet lets only
+those run (:mod:`.upstream`): one instance gives a backlog the same order on every run.
 """
 from __future__ import annotations
 

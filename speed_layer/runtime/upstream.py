@@ -16,6 +16,7 @@ sees every partition's next record, and the order is a function of the data.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = ["UpstreamInput", "task_order", "subtopology_of"]
 TP = tuple[str, int]
 
 
+@lru_cache(maxsize=4096)
 def task_order(task_id: str) -> tuple[int, tuple[int, ...], str]:
     """A task's place among a thread's tasks on equal timestamps: its id
     ``<sub-topology>_<partition>`` as numbers (``"1_10"`` after ``"1_2"``), other ids after
@@ -35,6 +37,7 @@ def task_order(task_id: str) -> tuple[int, tuple[int, ...], str]:
     return (0, tuple(int(p) for p in parts), "") if all(p.isdigit() for p in parts) else (1, (), task_id)
 
 
+@lru_cache(maxsize=4096)
 def subtopology_of(task_id: str) -> int | None:
     """The sub-topology id of a task id ``<sub-topology>_<partition>``; None for other ids."""
     head = task_id.split("_", 1)[0]
@@ -61,7 +64,6 @@ class UpstreamInput:
         self.task_tps = task_tps
         self.holds = holds
         self.upstream: dict[str, frozenset[int]] = {}
-        self._subs: dict[str, int | None] = {}
         if dynamic:
             return
         for topic in writers:
@@ -84,17 +86,10 @@ class UpstreamInput:
 
     def __call__(self, topic: str, task_id: str) -> frozenset[int] | None:
         ups = self.upstream.get(topic)
-        if not ups or self._sub(task_id) in ups:
+        if not ups or subtopology_of(task_id) in ups:
             return None
         holds = self.holds
         for tid, task in self.tasks.items():
-            if self._sub(tid) in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
+            if subtopology_of(tid) in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
                 return ups
         return None
-
-    def _sub(self, task_id: str) -> int | None:
-        """:func:`subtopology_of`, parsed once per task id (a thread's ids are few)."""
-        subs = self._subs
-        if task_id not in subs:
-            subs[task_id] = subtopology_of(task_id)
-        return subs[task_id]
