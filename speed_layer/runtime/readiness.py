@@ -270,7 +270,7 @@ class Readiness:
             # otherwise hold this task on UNKNOWN_LAG_WAIT_S's clock (the sibling rule)
             self.idling = True
             return False
-        if wait_s == 0 and self._upstream is not None:
+        if wait_s == 0 and self._upstream is not None and self.tracked:
             for tp in self._siblings_of(task)[0]:
                 if not self.tp_task[tp].buffered_in(*tp) and self._unwritten(tp, task):
                     return False
