@@ -52,17 +52,20 @@ class UpstreamInput:
     """``upstream(topic, task_id)``: the ids of the sub-topologies that write ``topic``,
     directly or through other topics (from the topology: ``writers``, as
     :func:`.backlog_ends.writers_of`; ``sources``: each sub-topology's source topics), when
-    one of this thread's tasks of those sub-topologies still has input (buffered, or held
-    by the thread's flow control: ``holds(tp)``) and the reading task's sub-topology is not
+    one of this thread's tasks of those sub-topologies still has input (buffered, held by
+    the thread's flow control: ``holds(tp)``, or on its way back to one of its repartition
+    partitions: ``in_flight(tp)``) and the reading task's sub-topology is not
     among them (a cycle, such as a foreign-key join's, could wait for itself); else None.
     None for every topic when a sink has a topic extractor (``dynamic``: any topic may be
     written). ``tasks`` and ``task_tps`` are the thread's own dicts, read as they change."""
 
     def __init__(self, writers: Mapping[str, set[int]], sources: Mapping[int, tuple[str, ...]], dynamic: bool,
-                 tasks: Mapping[str, _Task], task_tps: Mapping[str, list[TP]], holds: Callable[[TP], bool]) -> None:
+                 tasks: Mapping[str, _Task], task_tps: Mapping[str, list[TP]], holds: Callable[[TP], bool],
+                 in_flight: Callable[[TP], bool] = lambda tp: False) -> None:
         self.tasks = tasks
         self.task_tps = task_tps
         self.holds = holds
+        self.in_flight = in_flight
         self.upstream: dict[str, frozenset[int]] = {}
         if dynamic:
             return
@@ -78,18 +81,20 @@ class UpstreamInput:
 
     @classmethod
     def of(cls, plan: "TopologyPlan", topology: "Topology", tasks: Mapping[str, _Task],
-           task_tps: Mapping[str, list[TP]], holds: Callable[[TP], bool]) -> "UpstreamInput":
+           task_tps: Mapping[str, list[TP]], holds: Callable[[TP], bool],
+           in_flight: Callable[[TP], bool]) -> "UpstreamInput":
         from .backlog_ends import writers_of
 
         writers, dynamic = writers_of(plan, topology)
-        return cls(writers, plan.sources, dynamic, tasks, task_tps, holds)
+        return cls(writers, plan.sources, dynamic, tasks, task_tps, holds, in_flight)
 
     def __call__(self, topic: str, task_id: str) -> frozenset[int] | None:
         ups = self.upstream.get(topic)
         if not ups or subtopology_of(task_id) in ups:
             return None
-        holds = self.holds
+        holds, in_flight = self.holds, self.in_flight
         for tid, task in self.tasks.items():
-            if subtopology_of(tid) in ups and (task.buffered() or any(holds(tp) for tp in self.task_tps[tid])):
+            if subtopology_of(tid) in ups and (
+                    task.buffered() or any(holds(tp) or in_flight(tp) for tp in self.task_tps[tid])):
                 return ups
         return None

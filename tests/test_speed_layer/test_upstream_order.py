@@ -126,6 +126,9 @@ def test_no_wait_on_a_cycle_nor_with_a_topic_extractor_nor_once_upstream_is_done
     held = UpstreamInput({"a": {0, 1}, "b": {1}}, {0: (SRC,), 1: ("a",), 2: ("b",)}, False, tasks, task_tps,
                          lambda tp: tp == (SRC, 0))
     assert held("b", "2_0") == frozenset({0, 1})  # records held by flow control count as input
+    on_way = UpstreamInput({"a": {0}, "b": {1}}, {0: (SRC,), 1: ("a",), 2: ("b",)}, False, tasks, task_tps,
+                           lambda tp: False, lambda tp: tp == ("a", 0))
+    assert on_way("b", "2_0") == frozenset({0, 1})  # and so do records on their way back to an upstream task
     assert UpstreamInput({"b": {1}}, {1: ("a",), 2: ("b",)}, True, tasks, task_tps, lambda tp: True)("b", "2_0") is None
 
 
