@@ -55,6 +55,9 @@ class PartitionGroup:
         q = self.queues.get((topic, partition))
         if q is None:
             q = self.queues[(topic, partition)] = deque()
+            # in (topic, partition) order, not the order partitions were first fetched: a tie
+            # of head timestamps goes to the same partition on every run (issue 42)
+            self.queues = dict(sorted(self.queues.items()))
         return q
 
     def buffered(self) -> int:
@@ -87,7 +90,7 @@ class PartitionGroup:
 
     def next_queue(self) -> deque[RawRecord] | None:
         """The queue whose head has the lowest timestamp (the first such queue on a tie, in
-        the order the partitions were first seen); None when all are empty."""
+        ``(topic, partition)`` order); None when all are empty."""
         best: deque[RawRecord] | None = None
         for q in self.queues.values():
             if q and (best is None or q[0].timestamp < best[0].timestamp):

@@ -10,34 +10,27 @@ The rules, all times in ms unless named ``_s``:
 * **KIP-695 per task.** An empty input partition holds its task back while data may be on
   the broker: no end-of-partition seen since its last record, and for ``max.task.idle.ms``
   once it is caught up (0: not at all; -1: never wait), counted from the first time it is
-  seen empty at its end until it buffers a record again, as Kafka's
-  ``idlePartitionDeadlines``: a partition that stays empty (a table's, read to its end) is
-  waited for once, not after every record. With the consumer's fetch positions known
-  (``lag``, at-least-once), the wait for data is Kafka's exactly: a partition whose lag is
-  unknown (no fetch answered yet) or above 0 (its high watermark beyond the next offset to
-  fetch) holds the task and the thread for as long as it takes, never enforced on the
-  clock (Kafka's ``PartitionGroup#readyToProcess``: "must wait to fetch metadata" / "must
-  wait to poll the data we know to be on the broker"); a lag of 0 counts as its end. So
+  seen empty at its end until it buffers a record again (Kafka's
+  ``idlePartitionDeadlines``: a partition that stays empty is waited for once). With the
+  consumer's fetch positions known (``lag``, at-least-once), a partition whose lag is
+  unknown (no fetch answered yet) or above 0 holds the task and the thread for as long as
+  it takes, as Kafka's ``PartitionGroup#readyToProcess``; a lag of 0 counts as its end. So
   load cannot make one partition of a backlog run ahead of another whose records are on
   the broker (issue 42: a thread released after 17 s on a not yet fetched ``clicks-0``
-  ran the month's orders ahead of the clicks, and a stream-stream join lost their
-  matches). Without a known lag (exactly-once, whose transaction markers keep the high
-  watermark beyond the last record, or no consumer) the wait is at most
-  ``UNKNOWN_LAG_WAIT_S``.
+  ran the orders ahead of the clicks, and a stream-stream join lost their matches).
+  Without a known lag (exactly-once, whose transaction markers keep the high watermark
+  beyond the last record) the wait is at most ``UNKNOWN_LAG_WAIT_S``.
 * **Repartition round trips (at-least-once).** A task is also held back while a record
   this thread sent to one of its empty repartition partitions, with a timestamp ``<=`` its
   head, is on its way back; or while a sibling partition (the same repartition topic,
   owned by another of the thread's tasks) holds, or has on its way, a record older than
-  its head. Processing the task first would advance the stream time of everything
-  downstream of both past that record and make it late there. Exactly-once skips both
-  (its sends are invisible until the transaction commits). A record on its way to a
-  sibling partition that still buffers records is not waited for: a partition is
-  processed in offset order, so the sibling processes its buffered head (not older than
-  the task's head, or the task would wait for that instead) before the record on its way,
-  and that record is late downstream whatever the task does. Waiting for it only waited
-  for the sibling, which may itself wait for the task's head (a late record re-keyed into
-  a repartition topic held two tasks of a backlog in turn, ``UNKNOWN_LAG_WAIT_S`` per run
-  of records: issue 25's flights with null keys never caught up).
+  its head (as old: its task first in :func:`.upstream.task_order`); or while such a
+  partition, its own or a sibling's, has neither and an upstream task of the thread still
+  has input (its next record may be older than the head: :mod:`.upstream`). Processing
+  the task first would advance the stream time of everything downstream of both past that
+  record and make it late there. Exactly-once skips these (its sends are invisible until
+  the transaction commits). A record on its way to a sibling partition that still buffers
+  records is not waited for (:meth:`Readiness._sibling_pending`).
 * **Siblings from another process.** With ``max.task.idle.ms`` > 0, a task also waits, up
   to that partition's deadline, while a sibling partition is empty at its end: its next
   record may come from another process (an instance running the stage upstream) and be
@@ -49,25 +42,23 @@ The rules, all times in ms unless named ``_s``:
   backlog covers its topic: the partition holds the task (as ``max.task.idle.ms``: the
   thread runs its other tasks meanwhile) until its end is known, that is until every
   sub-topology writing it has committed its whole input, and then only until that end is
-  fetched; a partition consumed to its known end holds nothing. So no clock decides which
-  records another process' output makes late (issue 42: two instances on a loaded machine
-  dropped 21,167-47,731 window updates as late instead of one instance's 122). Topics the
-  backlog does not cover (written by a cycle of sub-topologies, such as a foreign-key
-  join's subscription and response topics, or downstream of one) keep the deadline: a wait
-  without one there could wait for itself.
+  fetched. So no clock decides which records another process' output makes late (issue
+  42: two loaded instances dropped 21,167-47,731 window updates as late, not 122). Topics
+  the backlog does not cover (written by a cycle of sub-topologies, or downstream of one)
+  keep the deadline: a wait without one there could wait for itself.
 * **The thread.** No task processes while an assigned partition has nothing buffered or
   held and has not reached its end (its lag unknown or above 0 when known, else at most
-  ``UNKNOWN_LAG_WAIT_S``): a replayed backlog
-  keeps its tasks at the same event time. A paused partition is no exception (its buffer
-  ran dry within a loop; it is resumed at the next); records the thread holds for a
-  partition are moved into its buffer as soon as it runs dry (``refill``), so a task never
-  runs past them either.
+  ``UNKNOWN_LAG_WAIT_S``): a replayed backlog keeps its tasks at the same event time. A
+  paused partition is no exception; records the thread holds for a partition are moved
+  into its buffer as soon as it runs dry (``refill``), so a task never runs past them.
 """
 from __future__ import annotations
 
 import logging
 import time
 from typing import Callable, Mapping, Protocol
+
+from .upstream import task_order
 
 __all__ = ["BufferedTask", "Readiness", "UNKNOWN_LAG_WAIT_S", "WATCHDOG_LOG_EVERY_S"]
 
@@ -119,46 +110,46 @@ class Readiness:
         task_tps: the thread's ``{task id: its input partitions}`` (read, not written).
         tp_task: the thread's ``{input partition: its task}`` (read, not written).
         pending: ``pending(tp, consumed_next)``: the timestamp of the oldest record this
-            thread sent to ``tp`` that is not consumed back yet (offsets below
-            ``consumed_next`` are), None if none (the record collector's).
-        serve_reports: serves the producer's delivery reports (a send acknowledged meanwhile
-            may already be consumed back).
-        waiting_input: ``waiting_input(tp)``: whether the next records of partition ``tp``
-            are to come from the consumer, none being held by the thread (the thread's flow
-            control).
+            thread sent to ``tp`` not consumed back yet (offsets below ``consumed_next``
+            are), None if none (the record collector's).
+        serve_reports: serves the producer's delivery reports.
+        waiting_input: ``waiting_input(tp)``: whether no record of ``tp`` is held by the
+            thread's flow control (its next records are to come from the consumer).
         owner: names the thread in the watchdog's warnings.
         lag: ``lag(tp)``: the partition's known lag (its cached high watermark minus the next
-            offset to fetch, >= 0), None while unknown (no fetch answered yet); when given,
-            the waits for data on the broker have no deadline (see the module docstring).
-            Only for at-least-once: ignored with ``exactly_once``.
+            offset to fetch, >= 0), None while unknown; when given, the waits for data on
+            the broker have no deadline. Ignored with ``exactly_once``.
         backlog: the known ends of a backlog (``backlog.inputs.complete``,
-            :mod:`.backlog_ends`): with ``max.task.idle.ms`` > 0 an empty partition at its
-            end whose topic it covers holds its task until its end is known and reached,
-            not until a deadline (see the module docstring). Ignored with ``exactly_once``
+            :mod:`.backlog_ends`; see the module docstring). Ignored with ``exactly_once``
             or ``max.task.idle.ms`` <= 0.
         position: ``position(tp)``: the consumer's next offset of ``tp`` (past transaction
             markers; None: unknown), for the backlog's known ends and the lag when nothing
             was fetched from ``tp`` yet.
+        upstream: ``upstream(topic, task_id)`` (:class:`.upstream.UpstreamInput`): the
+            sub-topologies of the thread that may still write ``topic`` for that task, None
+            if none. At-least-once only.
 
-    The watchdog: a wait for data (lag > 0: a partition whose end was not seen, a record on
-    its way back, a sibling's older record) that ends in enforced processing after
-    ``UNKNOWN_LAG_WAIT_S`` means the awaited data did not come while the task sat idle;
-    Kafka itself never processes past a partition with lag. It is logged as a WARNING
-    naming the task (or the thread), the rule and the partition, at most once per
-    ``WATCHDOG_LOG_EVERY_S`` per thread (with the count of the others meanwhile).
-    ``max.task.idle.ms`` waits for caught-up partitions (lag 0) are not logged.
+    The watchdog: a wait for data (lag > 0, a record on its way back, a sibling's older
+    record) that ends in enforced processing after ``UNKNOWN_LAG_WAIT_S`` (the data did not
+    come while the task sat idle; Kafka never processes past a partition with lag) is
+    logged as a WARNING naming the task (or the thread), the rule and the partition, at
+    most once per ``WATCHDOG_LOG_EVERY_S`` per thread (with the count of the others).
     """
 
     def __init__(self, max_task_idle_ms: int, exactly_once: bool, task_tps: Mapping[str, list[TP]],
                  tp_task: Mapping[TP, BufferedTask], pending: Callable[[TP, int], int | None],
                  serve_reports: Callable[[], None], waiting_input: Callable[[TP], bool], owner: str = "stream thread",
                  lag: Callable[[TP], int | None] | None = None, backlog: KnownEnds | None = None,
-                 position: Callable[[TP], int | None] = lambda tp: None) -> None:
+                 position: Callable[[TP], int | None] = lambda tp: None,
+                 upstream: Callable[[str, str], frozenset[int] | None] | None = None) -> None:
         self.max_task_idle_ms = max_task_idle_ms
         self._lag = None if exactly_once else lag
         #: the known ends of a backlog, when they apply (the committer reads them too)
         self.backlog = self._backlog = None if exactly_once or max_task_idle_ms <= 0 else backlog
         self._position = position
+        self._upstream = None if exactly_once else upstream
+        #: set by :meth:`ready`: the sub-topologies whose input the task waits for, if any
+        self.upstream_wait: frozenset[int] | None = None
         self.exactly_once = exactly_once
         self.task_tps = task_tps
         self.tp_task = tp_task
@@ -171,23 +162,20 @@ class Readiness:
         self.fetched_next: dict[TP, int] = {}
         #: repartition partitions this thread owns (its own sends to them are tracked)
         self.tracked: set[TP] = set()
-        self._siblings: dict[str, list[TP]] = {}
+        self._siblings: dict[str, tuple[list[TP], frozenset[TP]]] = {}
         self._feeds_itself: dict[str, bool] = {}
         self._idle_since: dict[str, float] = {}
-        #: ``max.task.idle.ms`` deadline (monotonic s) per caught-up empty partition: set the
-        #: first time it is seen so, dropped once it buffers a record (Kafka's
-        #: ``idlePartitionDeadlines``): a partition that stays empty is waited for once
+        #: ``max.task.idle.ms`` deadline (monotonic s) per caught-up empty partition, set the
+        #: first time it is seen so, dropped once it buffers a record (``idlePartitionDeadlines``)
         self._idle_deadlines: dict[TP, float] = {}
         self._thread_wait_since: float | None = None
         self._thread_enforced = False
         #: the count of enforced processings per task (Kafka's ``enforced-processing`` metric)
         self.on_enforced: Callable[[str], None] = lambda task_id: None
-        #: ``refill(tps)``: moves the records the thread holds for those partitions whose
-        #: buffer ran dry into it (the thread's flow control sets it; the executor calls it
-        #: after each run of a task)
+        #: ``refill(tps)``: moves the records held for those partitions whose buffer ran dry
+        #: into it (set by the thread's flow control; the executor calls it after each run)
         self.refill: Callable[[list[TP]], None] = lambda tps: None
-        #: names the thread in the watchdog's warnings
-        self.owner = owner
+        self.owner = owner  # names the thread in the watchdog's warnings
         #: enforced processings of waits for data (lag > 0) not logged yet, and when the last was
         self._unlogged_enforced = 0
         self._last_warning: float | None = None
@@ -196,8 +184,7 @@ class Readiness:
 
     # -- the thread's bookkeeping
     def add_partition(self, tp: TP, repartition: bool) -> None:
-        """A partition of a new task: not at its end yet; tracked when it is a repartition
-        topic's."""
+        """A partition of a new task: not at its end yet; tracked if a repartition topic's."""
         self.eof[tp] = False
         if repartition:
             self.tracked.add(tp)
@@ -225,6 +212,7 @@ class Readiness:
         :attr:`idling` tells whether only ``max.task.idle.ms`` holds it (a caught-up
         partition, its own or a sibling's, that another process may still feed)."""
         self.idling = False
+        self.upstream_wait = None
         if task.buffered() == 0:
             return False
         idle = self.max_task_idle_ms
@@ -261,6 +249,8 @@ class Readiness:
                             why = (RULE_ON_ITS_WAY, tp)
                         wait_s = max(wait_s, idle / 1000, UNKNOWN_LAG_WAIT_S)
                         continue
+                elif self._unwritten(tp, task):
+                    return False
             if idle > 0:
                 known = self._backlog_state(tp)
                 if known == FETCH:
@@ -280,6 +270,10 @@ class Readiness:
             # otherwise hold this task on UNKNOWN_LAG_WAIT_S's clock (the sibling rule)
             self.idling = True
             return False
+        if wait_s == 0 and self._upstream is not None and self.tracked:
+            for tp in self._siblings_of(task)[0]:
+                if not self.tp_task[tp].buffered_in(*tp) and self._unwritten(tp, task):
+                    return False
         if wait_s == 0 and not self.exactly_once:
             sibling = self._sibling_pending(task)
             if sibling is not None:
@@ -302,13 +296,12 @@ class Readiness:
 
     def horizon(self, task: BufferedTask) -> int | None:
         """The largest timestamp (ms) the task's next record may have while :meth:`ready`
-        stays true for the same reason it is true now, as long as none of its buffers runs
-        dry: below the oldest record on its way back to one of its empty tracked partitions
-        (``pending <= head`` holds it back), and at most the head or the oldest pending send
-        of each sibling partition (``< head`` holds it back). None: no bound (exactly-once,
-        which has neither wait). A task whose sub-topology may send to its own input topics
-        (a sink topic it reads, or a topic extractor) changes these bounds as it runs: its
-        horizon is its head, one record at a time."""
+        stays true for the same reason, as long as none of its buffers runs dry: below the
+        oldest record on its way back to one of its empty tracked partitions, and at most
+        the head or the oldest pending send of each sibling partition (below it when the
+        sibling's task comes first on a tie). None: no bound (exactly-once). A task that may
+        send to its own input topics changes these bounds as it runs: its head, one record
+        at a time."""
         if self.exactly_once:
             return None
         if self._self_feeding(task):
@@ -320,7 +313,8 @@ class Readiness:
                 pending = pending_ts(tp, fetched.get(tp, 0))
                 if pending is not None and (horizon is None or pending - 1 < horizon):
                     horizon = pending - 1
-        for tp in self._sibling_tps(task):
+        siblings, first = self._siblings_of(task)
+        for tp in siblings:
             head = self.tp_task[tp].buffered_head(*tp)
             if head is not None:
                 # what is on its way to tp comes after this record (see _sibling_pending)
@@ -328,8 +322,11 @@ class Readiness:
                     horizon = head
                 continue
             pending = pending_ts(tp, fetched.get(tp, 0))
-            if pending is not None and (horizon is None or pending < horizon):
-                horizon = pending
+            if pending is not None:
+                if tp in first:
+                    pending -= 1  # an equal timestamp on its way to an earlier task goes first
+                if horizon is None or pending < horizon:
+                    horizon = pending
         return horizon
 
     def thread_ready(self, now: float) -> bool:
@@ -394,24 +391,36 @@ class Readiness:
             feeds = self._feeds_itself[task.task_id] = task.may_send_to_own_sources()
         return feeds
 
-    def _sibling_tps(self, task: BufferedTask) -> list[TP]:
-        """The tracked partitions of the task's repartition topics owned by its other tasks."""
+    def _siblings_of(self, task: BufferedTask) -> tuple[list[TP], frozenset[TP]]:
+        """The tracked partitions of the task's repartition topics owned by its other tasks,
+        and those of them whose task comes first on equal timestamps (:func:`task_order`)."""
         siblings = self._siblings.get(task.task_id)
         if siblings is None:
             own = self.task_tps[task.task_id]
             topics = {tp[0] for tp in own if tp in self.tracked}
-            siblings = self._siblings[task.task_id] = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
+            tps = [tp for tp in sorted(self.tracked) if tp[0] in topics and tp not in own]
+            mine = task_order(task.task_id)
+            siblings = self._siblings[task.task_id] = (
+                tps, frozenset(tp for tp in tps if task_order(self.tp_task[tp].task_id) < mine))
         return siblings
 
+    def _unwritten(self, tp: TP, task: BufferedTask) -> bool:
+        """Whether ``tp`` (tracked, nothing buffered) has nothing on its way while upstream
+        tasks of the thread have input (:attr:`upstream_wait`: their sub-topologies)."""
+        if self._upstream is None or self._pending(tp, self.fetched_next.get(tp, 0)) is not None:
+            return False
+        self.upstream_wait = self._upstream(tp[0], task.task_id)
+        return self.upstream_wait is not None
+
     def _sibling_idle(self, task: BufferedTask, now: float) -> bool:
-        """Whether a sibling partition of the task (see :meth:`_sibling_tps`) that is empty
+        """Whether a sibling partition of the task (see :meth:`_siblings_of`) that is empty
         at its end is still within its ``max.task.idle.ms`` deadline (the same per-partition
         deadline as the task's own partitions'): its next record, written by another
         process, may be older than the task's head. A sibling whose end was not seen is the
         thread's wait (:meth:`thread_ready`)."""
         deadlines = self._idle_deadlines
         waiting = False
-        for tp in self._sibling_tps(task):
+        for tp in self._siblings_of(task)[0]:
             if self.tp_task[tp].buffered_in(*tp) > 0:
                 deadlines.pop(tp, None)
                 continue
@@ -463,12 +472,9 @@ class Readiness:
 
         A record on its way to a sibling partition that buffers records is not waited for:
         the sibling processes its buffer first (in offset order), and its head is not older
-        than the task's (checked first), so that record is late downstream in any case.
-        Waiting for it was a wait for the sibling, which could itself wait for this task's
-        head (``queued < head`` the other way round): the two held each other back for
-        ``UNKNOWN_LAG_WAIT_S`` per run of records, while the awaited record could not be
-        fetched before the sibling's buffer drained."""
-        siblings = self._sibling_tps(task)
+        than the task's, so that record is late downstream in any case. Waiting for it held
+        the two tasks in turn, ``UNKNOWN_LAG_WAIT_S`` per run of records (issue 25)."""
+        siblings, first = self._siblings_of(task)
         if not siblings:
             return None
         head = task.head_timestamp()
@@ -482,7 +488,7 @@ class Readiness:
                         break
                     continue  # anything on its way to tp is processed after this record
                 pending = self._pending(tp, self.fetched_next.get(tp, 0))
-                if pending is not None and pending < head:
+                if pending is not None and (pending < head or pending == head and tp in first):
                     older = tp
                     break
             if older is None or polled:

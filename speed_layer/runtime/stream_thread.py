@@ -46,6 +46,7 @@ from .task_executor import TaskExecutor
 from .task_manager import TaskManager
 from .task_timeout import TaskTimeout
 from .thread_context import ThreadContext, ThreadHooks
+from .upstream import UpstreamInput
 
 log = logging.getLogger("speed_layer.thread")
 
@@ -98,7 +99,10 @@ class StreamThread(threading.Thread):
             pending=lambda tp, consumed_next: self.collector.pending_timestamp(tp, consumed_next) if self.collector else None,
             serve_reports=lambda: self.collector.poll() if self.collector else None,
             waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name, lag=self._known_lag,
-            backlog=self.backlog, position=self._position)
+            backlog=self.backlog, position=self._position,
+            upstream=UpstreamInput.of(self.plan, self.topology, self.tasks, self.task_tps, lambda tp: self.inputs.holds(tp),
+                                      lambda tp: tp in self.readiness.tracked and self.collector is not None and  # in flight
+                                      self.collector.pending_timestamp(tp, self.readiness.fetched_next.get(tp, 0)) is not None))
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)

@@ -8,13 +8,17 @@ back while one of its partitions may still have data on the broker (KIP-695 appl
 thread, :mod:`.readiness`): the tasks of a replayed backlog stay at the same event time, so
 their outputs reach downstream repartition topics nearly in timestamp order and downstream
 windows do not see the records of a lagging task as late. Live traffic is unaffected (a
-caught-up partition has seen its end-of-partition).
+caught-up partition has seen its end-of-partition). Equal heads go in task id order, and a
+task waiting for input its upstream tasks in the thread have not written yet lets only
+those run (:mod:`.upstream`): one instance gives a backlog the same order on every run.
 """
 from __future__ import annotations
 
 import heapq
 import time
 from typing import TYPE_CHECKING, Callable
+
+from .upstream import subtopology_of, task_order
 
 if TYPE_CHECKING:
     from .readiness import Readiness
@@ -60,16 +64,33 @@ class TaskExecutor:
         # comes: one held back by a sibling's older record is released once the loop has
         # processed that record (checking only at the start of the loop ran such tasks one
         # record per loop: 3 records per loop through two repartitions instead of 200)
+        # ties on the head timestamp go to the task with the lower id, so the order of a
+        # backlog's records is a function of the data: with the tie left to the dict's order
+        # or to where a run of a task stopped (a buffer running dry, the loop's
+        # max_records), equal timestamps of two tasks reached the repartition topics both
+        # write in a different order from run to run, and one run in four dropped one or
+        # two more window updates as late (issue 42)
         heap = []
-        for i, task in enumerate(self.tasks.values()):
+        for i, task in enumerate(sorted(self.tasks.values(), key=lambda t: task_order(t.task_id))):
             if task.buffered():
                 heap.append((task.head_timestamp(), i, task))
         heapq.heapify(heap)
         tracked = readiness.tracked
         n = 0
+        #: while a task waits for its upstream tasks' input (:mod:`.upstream`): only those run
+        allowed: frozenset[int] | None = None
         while heap and n < max_records:
             _, i, task = heapq.heappop(heap)
+            if allowed is not None and subtopology_of(task.task_id) not in allowed:
+                continue
             if not readiness.ready(task, now):
+                wait = readiness.upstream_wait
+                if wait is not None:
+                    # a repartition partition it reads has no next record yet, and tasks of
+                    # this thread upstream of it still have input: they run first (later
+                    # heads: a held back task does not stop them), the others wait with it
+                    allowed = wait if allowed is None else allowed & wait
+                    continue
                 if readiness.idling:
                     # max.task.idle.ms on a partition another process may feed (KIP-695):
                     # its order against this thread's other tasks is not this thread's to keep
@@ -88,14 +109,14 @@ class TaskExecutor:
             self.begin()
             started = time.perf_counter_ns()
             # a run of the task's records up to the next task's head while it stays ready:
-            # none of its buffers runs dry (process_run stops there) and, for a task reading
-            # partitions this thread sends to, its head stays within the records that would
-            # hold it back (:meth:`Readiness.horizon`); such a task also keeps the loop's order
-            # on equal heads (the lower position first), as when it ran one record per turn
+            # none of its buffers runs dry (process_run stops there), equal heads keep the
+            # loop's order (the lower position first, as when it ran one record per turn)
+            # and, for a task reading partitions this thread sends to, its head stays within
+            # the records that would hold it back (:meth:`Readiness.horizon`)
             until = heap[0][0] if heap else None
+            if heap and heap[0][1] < i:
+                until = heap[0][0] - 1
             if tracked and any(tp in tracked for tp in self.task_tps[task.task_id]):
-                if heap and heap[0][1] < i:
-                    until = heap[0][0] - 1
                 horizon = readiness.horizon(task)
                 if horizon is not None and (until is None or horizon < until):
                     until = horizon
