@@ -128,9 +128,12 @@ class StreamsConfig(BaseModel):
     #: start, a topic the application writes once its writers have committed their whole
     #: input (:mod:`speed_layer.runtime.backlog_ends`). With ``max.task.idle.ms`` > 0 and
     #: at-least-once, an empty partition at its end then holds its task until its end is
-    #: known instead of on the clock (:mod:`speed_layer.runtime.readiness`); ignored under
-    #: exactly_once_v2. Never set it on live input: a partition whose writer never finishes
-    #: holds its task for good
+    #: known instead of on the clock (:mod:`speed_layer.runtime.readiness`); and, at
+    #: at-least-once whatever ``max.task.idle.ms``, a task waits while a repartition
+    #: partition it reads has no next record yet and the thread's upstream tasks still have
+    #: input (:mod:`speed_layer.runtime.upstream`: one instance replays a backlog in one
+    #: order); ignored under exactly_once_v2. Never set it on live input: a partition whose
+    #: writer never finishes holds its task for good
     backlog_inputs_complete: bool = Field(False, alias="backlog.inputs.complete")
     client_overrides: dict[str, Any] = Field(default_factory=dict)
 

@@ -67,7 +67,11 @@ INSTANCES_TASK_IDLE_MS = 1000
 #: holds its task until that instance has committed its whole input, not for
 #: ``INSTANCES_TASK_IDLE_MS``, which load can outlast (issue 42); the deadline stays for the
 #: topics whose end cannot be known (a foreign-key join's subscription and response topics
-#: and what is downstream of them). One instance keeps its rules unchanged.
+#: and what is downstream of them). It also turns on the upstream-input wait
+#: (:mod:`speed_layer.runtime.upstream`), for one instance too: a task waits while a
+#: repartition partition it reads has no next record yet and the thread's upstream tasks
+#: still have input, so one instance replays a backlog in the same order on every run.
+#: (One instance keeps ``max.task.idle.ms`` 0, so it has no known-ends waits.)
 BACKLOG_INPUTS_COMPLETE = "backlog.inputs.complete"
 
 
@@ -279,8 +283,7 @@ def run_speed(
         extra = {"producer.linger.ms": BACKLOG_LINGER_MS}
         if instances > 1 and "max.task.idle.ms" not in pipeline.streams_config:
             extra["max.task.idle.ms"] = INSTANCES_TASK_IDLE_MS
-        if instances > 1:
-            extra[BACKLOG_INPUTS_COMPLETE] = True
+        extra[BACKLOG_INPUTS_COMPLETE] = True
     stats = SpeedStats(application_id=app_id, mode="replay" if feed is not None else "backlog", instances=instances)
     counts = input_record_count(bootstrap, pipeline.input_topics)
     streamed = [s.topic for s in pipeline.sources if s.kind == "stream"]

@@ -100,9 +100,12 @@ class StreamThread(threading.Thread):
             serve_reports=lambda: self.collector.poll() if self.collector else None,
             waiting_input=lambda tp: self.inputs.waiting_input(tp), owner=self.name, lag=self._known_lag,
             backlog=self.backlog, position=self._position,
+            # the upstream-input wait orders a backlog (its inputs complete at the start): live,
+            # a topic no key goes to would hold its readers while upstream input keeps coming
             upstream=UpstreamInput.of(self.plan, self.topology, self.tasks, self.task_tps, lambda tp: self.inputs.holds(tp),
                                       lambda tp: tp in self.readiness.tracked and self.collector is not None and  # in flight
-                                      self.collector.pending_timestamp(tp, self.readiness.fetched_next.get(tp, 0)) is not None))
+                                      self.collector.pending_timestamp(tp, self.readiness.fetched_next.get(tp, 0)) is not None)
+            if self.config.backlog_inputs_complete else None)
         self.readiness.on_enforced = lambda task_id: self.metrics.inc(task_id, "enforced-processing")
         #: fetched records on their way into the task buffers: held records, paused partitions
         self.inputs = InputBuffers(self.tp_task, self.readiness, self.config.buffered_records_per_partition, self.name)
