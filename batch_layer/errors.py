@@ -9,6 +9,11 @@ class BatchLayerError(RuntimeError):
     """A batch-layer failure with a message meant for the user (what went wrong, what to do)."""
 
 
+class SparkConfigError(BatchLayerError):
+    """A Spark setting of duet (master URL, Connect URL, jars folder, jars on the workers) is
+    malformed; the message names the setting, where it came from and the accepted forms."""
+
+
 class BatchCompileError(BatchLayerError):
     """A topology (or part of it) that the batch layer cannot translate.
 

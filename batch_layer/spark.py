@@ -26,7 +26,7 @@ Environment (each also an argument of :func:`get_spark`):
 - ``DUET_SPARK_JARS_ON_WORKERS``: ``1`` when that folder is at the same path on every
   worker (one image, or a shared mount): the jars then go on the driver's and executors'
   ``extraClassPath``, and each executor loads them from its own disk instead of copying them
-  from the driver at start (~660 MB with the S3A jars; :func:`jar_settings`).
+  from the driver at start (~660 MB with the S3A jars; :mod:`batch_layer.spark_jars`).
 - ``DUET_SPARK_DRIVER_HOST``: the address executors use to reach the driver, also the one
   the driver binds to (default ``127.0.0.1``: right for ``local`` masters and a cluster on
   this machine; a cluster on other machines needs an address they can reach).
@@ -59,14 +59,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from batch_layer.errors import BatchLayerError
+from batch_layer.errors import BatchLayerError, SparkConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "jar_settings",
-    "jars_on_workers",
     "DEFAULT_MASTER",
     "SparkConfigError",
     "default_delta_jars_dir",
@@ -86,8 +84,6 @@ DEFAULT_MASTER = "local[*]"
 MASTER_ENV = "DUET_SPARK_MASTER"
 REMOTE_ENV = "SPARK_REMOTE"
 JARS_ENV = "DUET_DELTA_JARS"
-#: ``1``: the Delta (and S3A) jars folder is at the same path on every worker (:func:`jar_settings`)
-JARS_ON_WORKERS_ENV = "DUET_SPARK_JARS_ON_WORKERS"
 DRIVER_HOST_ENV = "DUET_SPARK_DRIVER_HOST"
 DRIVER_MEMORY_ENV = "DUET_SPARK_DRIVER_MEMORY"
 JAVA_OPTIONS_ENV = "DUET_SPARK_JAVA_OPTIONS"
@@ -116,11 +112,6 @@ _REMOTE_RE = re.compile(rf"^sc://{_HOST}(?::{_PORT})?(?:/(?:;[^;=\s]+=[^;\s]*)*)
 _lock = threading.Lock()
 _spark: SparkSession | None = None
 _target: str | None = None  # "master=..." or "remote=..." of the running session
-
-
-class SparkConfigError(BatchLayerError):
-    """A Spark setting of duet (master URL, Connect URL, jars folder) is malformed; the
-    message names the setting, where it came from and the accepted forms."""
 
 
 def _port_ok(url: str) -> bool:
@@ -232,39 +223,6 @@ def delta_jars(jars_dir: str | Path | None = None) -> list[Path]:
     return jars
 
 
-def jars_on_workers() -> bool:
-    """``$DUET_SPARK_JARS_ON_WORKERS`` (``0`` or ``1``, default ``0``): whether the Delta jars
-    folder (with the S3A jars) is at the same path on every worker, one image for all or a
-    shared mount (see :func:`jar_settings`).
-
-    Raises:
-        SparkConfigError: the value is neither ``0`` nor ``1``.
-    """
-    value = os.environ.get(JARS_ON_WORKERS_ENV, "0").strip() or "0"
-    if value not in ("0", "1"):
-        raise SparkConfigError(f"{JARS_ON_WORKERS_ENV}={value!r}: allowed values are 0 and 1")
-    return value == "1"
-
-
-def jar_settings(jars: list[Path], extra_jars: list[str], on_workers: bool) -> dict[str, str]:
-    """The Spark settings that put ``jars`` (absolute paths) and the user's ``extra_jars``
-    on the driver's and the executors' class paths.
-
-    By default all go in ``spark.jars``: the driver serves them and every executor copies
-    them into its work folder when it starts (~660 MB with the S3A jars, for each executor).
-    ``on_workers`` (the jars are at the same path on every node) puts ``jars`` on
-    ``spark.driver.extraClassPath`` and ``spark.executor.extraClassPath`` instead, Spark's
-    setting for jars installed on the nodes: each JVM loads them where they are, nothing is
-    served or copied (a ``local:`` URI in ``spark.jars`` still copies each jar within the
-    node). ``extra_jars`` stay in ``spark.jars`` either way.
-    """
-    if not on_workers:
-        return {"spark.jars": ",".join([str(j) for j in jars] + extra_jars)}
-    path = os.pathsep.join(str(j) for j in jars)
-    return {"spark.jars": ",".join(extra_jars), "spark.driver.extraClassPath": path,
-            "spark.executor.extraClassPath": path}
-
-
 def is_connect(spark: object) -> bool:
     """True when ``spark`` is a Spark Connect session (no ``sparkContext``, no JVM here)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -339,6 +297,7 @@ def _classic_session(
     driver_host: str | None,
     conf: Mapping[str, str] | None,
 ) -> SparkSession:
+    from .spark_jars import jar_settings, jars_on_workers
     from .spark_s3a import is_s3a_jar, s3a_jars_wanted
 
     s3a = s3a_jars_wanted()  # the S3A jars only for a process on an object-store lake (batch_layer.spark_s3a)

@@ -36,9 +36,15 @@ os.environ.setdefault("DUET_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 # (the commands that write the lake record it in Dagster's catalog, pipelines/dagster/catalog.py)
 # and the speed layer's state root (two workers sharing <duet_home>/state saw each other's
 # running instances: `duet run`'s reset warned about the other worker's state folders).
+# pytest-xdist's controller loads this file too, before it starts the workers, and they inherit
+# its environment: a folder made here is this process' own only if ``_OWNER`` names it (a value
+# the user set, without ``_OWNER``, is kept).
+_OWNER = "DUET_TEST_FOLDERS_PID"
+_inherited = os.environ.get(_OWNER) not in (None, str(os.getpid()))
 for _name, _prefix in (("DAGSTER_HOME", "duet-test-dagster-"), ("DUET_STATE_DIR", "duet-test-state-")):
-    if _name not in os.environ:
+    if _name not in os.environ or _inherited:
         os.environ[_name] = tempfile.mkdtemp(prefix=_prefix)
+        os.environ[_OWNER] = str(os.getpid())
         atexit.register(shutil.rmtree, os.environ[_name], True)
 #: JVM option of the session's driver: full tiered compilation, as HotSpot's default.
 SESSION_DRIVER_JIT = "-XX:TieredStopAtLevel=4"

@@ -117,7 +117,8 @@ def test_delta_jars_folder_from_configuration(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_jars_on_workers_go_on_the_class_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from batch_layer.spark import SparkConfigError, jar_settings, jars_on_workers
+    from batch_layer.spark import SparkConfigError
+    from batch_layer.spark_jars import jar_settings, jars_on_workers
 
     jars = [tmp_path / "delta-spark.jar", tmp_path / "bundle-2.jar"]
     assert jar_settings(jars, ["/mine.jar"], on_workers=False) == {"spark.jars": f"{jars[0]},{jars[1]},/mine.jar"}
