@@ -24,6 +24,7 @@ from ..graph.nodes import GraphNode, SubTopology
 from ..graph.ops import SinkOp, SourceOp
 from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata, _new_tuple
 from ..processor.factory import create_processor
+from ..processor.fused_chains import fuse_chains
 from ..processor.timestamps import BUILTIN_EXTRACTORS
 from ..serde import Serde
 from ..state.factories import build_store
@@ -152,8 +153,9 @@ class StreamTask:
         """Init processors (after the stores are restored), then link each built-in
         processor with one child to that child's ``process`` (:meth:`OpProcessor.link_only_child`:
         no forwarding frame per record and node), children first, so that a pass-through
-        node (a source) is skipped by the link to it; then every context binds its
-        children's ``process`` as they are now (:meth:`ProcessorContextImpl.link_children`)."""
+        node (a source) is skipped by the link to it (after :func:`fuse_chains` with
+        ``fuse.stateless.chains``); then every context binds its children's ``process`` as
+        they are now (:meth:`ProcessorContextImpl.link_children`)."""
         contexts = []
         for n in self.subtopology.nodes:
             self.current_node = n
@@ -161,6 +163,8 @@ class StreamTask:
             contexts.append(context)
             self.processors[n].init(context)
         self.current_node = None
+        if self.config.fuse_stateless_chains:  # one generated process per chain of stateless nodes
+            fuse_chains(self.processors, self.children, self.subtopology.nodes)
         for n in reversed(self.subtopology.nodes):
             kids = self.children[n]
             link = getattr(self.processors[n], "link_only_child", None)
@@ -194,8 +198,7 @@ class StreamTask:
         return self.partition_group.buffered_in(topic, partition)
 
     def buffered_head(self, topic: str, partition: int) -> int | None:
-        """The timestamp (ms) of the next buffered record of one input partition, None
-        when its buffer is empty."""
+        """The timestamp (ms) of one input partition's next buffered record; None if empty."""
         return self.partition_group.buffered_head(topic, partition)
 
     def queue(self, topic: str, partition: int) -> deque[RawRecord]:
