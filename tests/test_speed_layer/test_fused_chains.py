@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from speed_layer import Processor, Record, Serdes, StreamsBuilder, StreamsException
+from speed_layer import Materialized, Processor, Record, Serdes, StreamsBuilder, StreamsException
 from speed_layer.options import Produced
 from speed_layer.testing import TopologyTestDriver
 
@@ -107,8 +108,9 @@ def _run(steps: list[Step], records: list[tuple[str, str, int]], handler: str, f
     return {"topics": topics, "peeks": peeks, "counters": counters, "fatal": fatal, "fused": fused}
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(STEPS), st.integers(2, 5)), min_size=1, max_size=7),
+@settings(max_examples=100, deadline=None)
+@given(st.tuples(st.lists(st.tuples(st.sampled_from(STEPS), st.integers(2, 5)), min_size=1, max_size=7), st.booleans())
+       .map(lambda s: s[0] + [("unserializable", 2)] if s[1] else s[0]),  # then the sink's serializer fails on even values
        st.lists(st.tuples(st.sampled_from(["in", "in", "in2"]), st.sampled_from(["EWR", "JFK", "LGA"]),
                           st.integers(0, 50)), min_size=1, max_size=12),
        st.sampled_from(["log_and_continue", "dead_letter", "log_and_fail"]))
@@ -141,3 +143,47 @@ def test_a_processor_raising_mid_chain_under_each_handler() -> None:
             headers = dict(letter[3])
             assert letter[1] == b"3" and headers["h"] == b"3" and headers["__streams.errors.offset"] == b"3"
             assert headers["__streams.errors.stacktrace"] == "ValueError: boom on 3"
+
+
+def _table_run(handler: str, caching: bool, fuse: bool) -> dict[str, Any]:
+    """A materialized table's changes through ``to_stream`` (with a key mapper) and a chain
+    raising on some values: the records a cache flush forwards fail downstream of the
+    table's node (the dead letter names it: ``__streams.errors.node``)."""
+    b = StreamsBuilder()
+    m = Materialized.as_("t") if caching else Materialized.as_("t").with_caching_disabled()
+    (b.table("in", materialized=m).to_stream(lambda k, v: k + "!").map_values(_boom(4)).filter(lambda k, v: v % 3)
+     .to("out", Produced.with_(S, J)))
+    config = {"default.key.serde": S, "default.value.serde": J, "processing.exception.handler": handler,
+              "errors.dead.letter.queue.topic.name": "dlq", "fuse.stateless.chains": fuse}
+    fatal = None
+    with TopologyTestDriver(b.build(), config) as d:
+        inp = d.create_input_topic("in", S, J)
+        try:
+            for i in range(12):
+                inp.pipe_input(["a", "b", "c"][i % 3], i, i)
+            d.tasks[0].commit()  # the cache's flush forwards
+        except StreamsException as exc:
+            fatal = str(exc)
+        topics = {name: [(r.key, r.value, r.timestamp,
+                          [(h, v.decode().strip().rsplit("\n", 1)[-1] if h == "__streams.errors.stacktrace" else v)
+                           for h, v in r.headers])
+                         for r in d.create_output_topic(name, B, B).read_records_to_list()]
+                  for name in sorted(d.produced_topic_names())}
+        fused = [n for n, p in d.tasks[0].processors.items() if getattr(p.process, "__name__", "").startswith("fused_chain_from_")]
+        return {"topics": topics, "counters": dict(d.metrics.counters), "fatal": fatal, "fused": fused}
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("handler", ["log_and_continue", "dead_letter", "log_and_fail"])
+def test_a_tables_changes_through_to_stream_fused_and_not(handler: str, caching: bool) -> None:
+    fused, unfused = _table_run(handler, caching, True), _table_run(handler, caching, False)
+    assert fused == {**unfused, "fused": fused["fused"]}
+    assert sorted(n.split("-")[1] for n in fused["fused"]) == ["FILTER", "MAPVALUES", "TOSTREAM"] and not unfused["fused"]
+    if handler == "log_and_fail":
+        assert fused["fatal"] and "boom on" in fused["fatal"]
+    else:
+        assert fused["counters"][("0_0", "dropped-records")] >= 1
+        assert fused["topics"]["out"]
+    if handler == "dead_letter" and caching:
+        assert fused["topics"]["dlq"]
+        assert all(dict(letter[3])["__streams.errors.node"].startswith(b"KTABLE-SOURCE") for letter in fused["topics"]["dlq"])
