@@ -9,7 +9,9 @@ fusable node, children first, a function is generated that runs the node's opera
 inline, those of its fusable children that have no other parent in the sub-topology, down
 to the nodes that are not fusable (or have several parents), whose ``process`` it calls
 with a :class:`~.api.Record`; that function becomes the node's ``process`` (an instance
-attribute: the processor objects, their ops and the topology are unchanged). What it
+attribute: the processor objects, their ops and the topology are unchanged), and its
+``entry(key, value, timestamp, headers)`` the same chain for the task's deserialized
+source record (no :class:`~.api.Record` built for it). What it
 preserves, operator by operator, is Kafka Streams' (and the unfused processors') own
 behaviour:
 
@@ -174,14 +176,25 @@ def fuse_chains(processors: dict[str, Any], children: dict[str, list[str]], orde
         p = processors[name]
         if type(p) not in FUSABLE:
             continue
-        g = _Generator(processors, children, parents)
-        g.node(name, 1, "key", "value", "record")
-        source = "def fused(record):\n    key, value, ts, headers = record\n" + "\n".join(g.lines) + "\n"
-        exec(_compiled(source), g.names)  # noqa: S102 - our own generated code, no user text in it
-        fn: Callable[[Record[Any, Any]], None] = g.names["fused"]
         label = f"fused_chain_from_{name}"  # in tracebacks and profiles
-        fn.__code__ = fn.__code__.replace(co_name=label, co_qualname=label)
-        fn.__qualname__ = fn.__name__ = label
+        fn = _generate(processors, children, parents, name, label, entry=False)
+        fn.entry = _generate(processors, children, parents, name, label, entry=True)  # type: ignore[attr-defined]
         p.process = fn
         fused.append(name)
     return fused
+
+
+def _generate(processors: dict[str, Any], children: dict[str, list[str]], parents: dict[str, int], name: str,
+              label: str, *, entry: bool) -> Callable[..., None]:
+    """The fused function of node ``name``: ``fused(record)``, or with ``entry``
+    ``fused(key, value, timestamp, headers)`` (the task's call for a source's record: no
+    :class:`~.api.Record` built for it; a node forwarding it unchanged to a node not fused
+    gets a new one, equal)."""
+    g = _Generator(processors, children, parents)
+    g.node(name, 1, "key", "value", None if entry else "record")
+    head = "def fused(key, value, ts, headers):\n" if entry else "def fused(record):\n    key, value, ts, headers = record\n"
+    exec(_compiled(head + "\n".join(g.lines) + "\n"), g.names)  # noqa: S102 - our generated code, no user text in it
+    fn: Callable[..., None] = g.names["fused"]
+    fn.__code__ = fn.__code__.replace(co_name=label, co_qualname=label)
+    fn.__qualname__ = fn.__name__ = label
+    return fn

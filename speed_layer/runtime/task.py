@@ -211,8 +211,7 @@ class StreamTask:
         return self.partition_group.head_timestamp()
 
     def process_next(self) -> bool:
-        """Process the buffered record with the lowest timestamp across this task's input
-        partitions. Returns False when nothing is buffered."""
+        """Process the buffered record of lowest timestamp; False when nothing is buffered."""
         q = self.partition_group.next_queue()
         if q is None:
             return False
@@ -274,10 +273,10 @@ class StreamTask:
             return op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
         return op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
 
-    def _source(self, topic: str) -> tuple[GraphNode, Serde[Any], Serde[Any], bool, Callable[[bytes], Any], Callable[[bytes], Any], Callable[[Record[Any, Any]], None]]:
+    def _source(self, topic: str) -> tuple[Any, ...]:
         """``(source node, key serde, value serde, whether the record's own timestamp is the
-        event time, key and value deserializers of non-null bytes, the source's process)``
-        of a source topic, cached. The deserializers are the serdes' own functions when the
+        event time, key and value deserializers of non-null bytes, the fused chain's
+        ``entry`` or None, the source's process)`` of a source topic, cached. The deserializers are the serdes' own functions when the
         serdes are plain :class:`Serde` s (their errors are wrapped by :meth:`process`)."""
         src = self._source_serdes.get(topic)
         if src is None:
@@ -286,8 +285,9 @@ class StreamTask:
                 raise StreamsException(f"task {self.task_id}: no source for topic {topic}")
             plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
             ks, vs = self.node_serdes(node)
+            process = self.processors[node.name].process
             src = self._source_serdes[topic] = (node, ks, vs, plain_ts, _raw_deserializer(ks), _raw_deserializer(vs),
-                                                self.processors[node.name].process)
+                                                getattr(process, "entry", None), process)
         return src
 
     def process(self, raw: RawRecord) -> None:
@@ -306,7 +306,7 @@ class StreamTask:
         caller's); a skipped record adds one to ``_skipped``."""
         topic, partition, offset, key, value, ts, headers = raw
         src = self._source_serdes.get(topic) or self._source(topic)
-        node, ks, vs, plain_ts, kde, vde, source_process = src
+        node, ks, vs, plain_ts, kde, vde, entry, source_process = src
         self._current_raw = raw
         try:
             if key is not None:
@@ -331,7 +331,10 @@ class StreamTask:
         if ts > self.stream_time:
             self.stream_time = ts
         try:
-            source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
+            if entry is not None:  # a fused chain's (fused_chains): no Record built
+                entry(key, value, ts, list(headers) if headers else [])
+            else:
+                source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except SerializationException as exc:
             # a processor's own serde call (a store key, a join's lookup key): a processing
             # error, as in Kafka's ProcessorNode#process (its SerializationException is no
@@ -390,11 +393,7 @@ class StreamTask:
 
     def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
         """``handler`` for the source record ``raw`` that failed in step ``kind``
-        (:meth:`RecordErrors.record_failed`).
-
-        Raises:
-            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
-        """
+        (:meth:`RecordErrors.record_failed`, whose StreamsException it raises)."""
         self.errors.record_failed(kind, handler, raw, exc)
 
     def handle_flush_error(self, node: str, record: Record[Any, Any], exc: Exception) -> None:
