@@ -20,7 +20,8 @@ behaviour:
   task's child order), each record forwarded to the same downstream nodes; a node with
   several children inlines each of them in turn (fan-out);
 * records: the key, value, timestamp (ms) and the *same* headers list as the unfused
-  processors forward (a filter or peek forwards the record object it was given);
+  processors forward (a filter or peek forwards the record object it was given; called
+  through ``entry``, an equal new one);
 * the record context: nothing of the task changes per node (the raw record being
   processed, hence ``record_metadata()``, the stream time and the punctuation queues are
   the task's, read as before);
