@@ -19,6 +19,7 @@ every 90 s of event time (about the flights' 38 per hour), keys EWR/JFK/LGA.
     .venv/bin/python bench/bench_hot_path.py --records 200000 --rounds 3
     .venv/bin/python bench/bench_hot_path.py --workloads window --profile
     .venv/bin/python bench/bench_hot_path.py --records 30000 --rounds 7 --null-collector
+    .venv/bin/python bench/bench_hot_path.py --fusion both    # fused chains against unfused
 
 The machine may be shared: compare the ratios within one run.
 """
@@ -64,8 +65,9 @@ def raw_us(recs: list[tuple[bytes, bytes, int]]) -> float:
 
 
 def duet_us(mode: str, recs: list[tuple[bytes, bytes, int]], commit_every: int, profile: bool,
-            null_collector: bool = False) -> tuple[float, float, int, pstats.Stats | None]:
-    """CPU microseconds per record of ``mode`` on one task (with its commits and close),
+            null_collector: bool = False, fuse: bool = True) -> tuple[float, float, int, pstats.Stats | None]:
+    """CPU microseconds per record of ``mode`` on one task (with its commits and close;
+    ``fuse``: the config's ``fuse.stateless.chains``),
     of which in the commits (the record caches' flushes), the records it output (None with
     ``null_collector``: the collector drops them) and, with ``profile``, cProfile's stats."""
     sys.path.insert(0, str(ANCHORS))
@@ -82,7 +84,8 @@ def duet_us(mode: str, recs: list[tuple[bytes, bytes, int]], commit_every: int, 
 
     raws = [RawRecord("flights", 0, i, k, v, ts, []) for i, (k, v, ts) in enumerate(recs)]
     driver = Dropping if null_collector else TopologyTestDriver
-    d = driver(build(mode, "flights", "out"), {"application.id": f"hot-{mode}", "bootstrap.servers": "unused:9092"})
+    d = driver(build(mode, "flights", "out"), {"application.id": f"hot-{mode}", "bootstrap.servers": "unused:9092",
+                                                    "fuse.stateless.chains": fuse})
     task = d.tasks[0]
     prof = cProfile.Profile() if profile else None
     in_commits = 0.0
@@ -115,16 +118,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--commit-every", type=int, default=20_000, help="records between task commits")
     ap.add_argument("--profile", action="store_true", help="cProfile's top 25 functions (one round)")
     ap.add_argument("--null-collector", action="store_true", help="drop the records sent instead of capturing them")
+    ap.add_argument("--fusion", choices=["on", "off", "both"], default="on",
+                    help="fuse.stateless.chains; both: each workload unfused too (row '<workload>-unfused'), alternated")
     args = ap.parse_args(argv)
     recs = records(args.records)
     modes = args.workloads.split(",")
+    if args.fusion == "both":
+        modes = [m + s for m in modes for s in ("", "-unfused")]
+    elif args.fusion == "off":
+        modes = [m + "-unfused" for m in modes]
     best: dict[str, float] = {}
     commits: dict[str, float] = {}
     outs: dict[str, int] = {}
     for _ in range(1 if args.profile else args.rounds):
         best["raw"] = min(best.get("raw", 1e9), raw_us(recs))
         for m in modes:
-            us, in_commits, n_out, stats = duet_us(m, recs, args.commit_every, args.profile, args.null_collector)
+            us, in_commits, n_out, stats = duet_us(m.removesuffix("-unfused"), recs, args.commit_every, args.profile,
+                                                   args.null_collector, fuse=not m.endswith("-unfused"))
             if us < best.get(m, 1e9):
                 best[m], commits[m] = us, in_commits
             outs[m] = n_out
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  raw loop's work  {best['raw']:6.2f}")
     for m in modes:
         sent = "" if args.null_collector else f"; {outs[m]} output records"
-        print(f"  duet {m:<11} {best[m]:6.2f}  ({best['raw'] / best[m]:.2f}x the raw loop's rate; {commits[m]:.2f} in commits{sent})")
+        print(f"  duet {m:<16} {best[m]:6.2f}  ({best['raw'] / best[m]:.2f}x the raw loop's rate; {commits[m]:.2f} in commits{sent})")
 
 
 if __name__ == "__main__":

@@ -135,6 +135,13 @@ class StreamsConfig(BaseModel):
     #: order); ignored under exactly_once_v2. Never set it on live input: a partition whose
     #: writer never finishes holds its task for good
     backlog_inputs_complete: bool = Field(False, alias="backlog.inputs.complete")
+    #: duet's own key: run each chain of built-in stateless processors (filter, map,
+    #: map_values, flat_map, flat_map_values, peek, merge, to_stream, a source) as one
+    #: generated function instead of one Python frame per node
+    #: (:mod:`speed_layer.processor.fused_chains`, which lists what it preserves: the same
+    #: calls, records, headers, handlers, dead letters and metrics); False runs each
+    #: processor's own ``process``
+    fuse_stateless_chains: bool = Field(True, alias="fuse.stateless.chains")
     client_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("default_timestamp_extractor", mode="before")

@@ -97,4 +97,8 @@ def sink_sender(task: SendingTask, node: str, full: str, ks: Serde[Any], vs: Ser
         # (the collector copies the headers it sends)
         task.collector.send(full, kb, vb, record[2], record[3], partition)
 
+    if plain:
+        #: what a fused chain inlines (:mod:`speed_layer.processor.fused_chains`): the task,
+        #: the full topic and the raw serializers of a sink partitioned by its key bytes
+        send.plain_sink = (task, full, kser, vser)  # type: ignore[attr-defined]
     return send

@@ -24,6 +24,7 @@ from ..graph.nodes import GraphNode, SubTopology
 from ..graph.ops import SinkOp, SourceOp
 from ..processor.api import Cancellable, PunctuationType, Record, RecordMetadata, _new_tuple
 from ..processor.factory import create_processor
+from ..processor.fused_chains import fuse_chains
 from ..processor.timestamps import BUILTIN_EXTRACTORS
 from ..serde import Serde
 from ..state.factories import build_store
@@ -152,8 +153,9 @@ class StreamTask:
         """Init processors (after the stores are restored), then link each built-in
         processor with one child to that child's ``process`` (:meth:`OpProcessor.link_only_child`:
         no forwarding frame per record and node), children first, so that a pass-through
-        node (a source) is skipped by the link to it; then every context binds its
-        children's ``process`` as they are now (:meth:`ProcessorContextImpl.link_children`)."""
+        node (a source) is skipped by the link to it (after :func:`fuse_chains` with
+        ``fuse.stateless.chains``); then every context binds its children's ``process`` as
+        they are now (:meth:`ProcessorContextImpl.link_children`)."""
         contexts = []
         for n in self.subtopology.nodes:
             self.current_node = n
@@ -161,6 +163,8 @@ class StreamTask:
             contexts.append(context)
             self.processors[n].init(context)
         self.current_node = None
+        if self.config.fuse_stateless_chains:  # one generated process per chain of stateless nodes
+            fuse_chains(self.processors, self.children, self.subtopology.nodes)
         for n in reversed(self.subtopology.nodes):
             kids = self.children[n]
             link = getattr(self.processors[n], "link_only_child", None)
@@ -194,8 +198,7 @@ class StreamTask:
         return self.partition_group.buffered_in(topic, partition)
 
     def buffered_head(self, topic: str, partition: int) -> int | None:
-        """The timestamp (ms) of the next buffered record of one input partition, None
-        when its buffer is empty."""
+        """The timestamp (ms) of one input partition's next buffered record; None if empty."""
         return self.partition_group.buffered_head(topic, partition)
 
     def queue(self, topic: str, partition: int) -> deque[RawRecord]:
@@ -208,8 +211,7 @@ class StreamTask:
         return self.partition_group.head_timestamp()
 
     def process_next(self) -> bool:
-        """Process the buffered record with the lowest timestamp across this task's input
-        partitions. Returns False when nothing is buffered."""
+        """Process the buffered record of lowest timestamp; False when nothing is buffered."""
         q = self.partition_group.next_queue()
         if q is None:
             return False
@@ -271,10 +273,10 @@ class StreamTask:
             return op.key_serde or ORDERED_KEY, op.value_serde or PICKLE
         return op.key_serde or self.config.default_key_serde, op.value_serde or self.config.default_value_serde
 
-    def _source(self, topic: str) -> tuple[GraphNode, Serde[Any], Serde[Any], bool, Callable[[bytes], Any], Callable[[bytes], Any], Callable[[Record[Any, Any]], None]]:
+    def _source(self, topic: str) -> tuple[Any, ...]:
         """``(source node, key serde, value serde, whether the record's own timestamp is the
-        event time, key and value deserializers of non-null bytes, the source's process)``
-        of a source topic, cached. The deserializers are the serdes' own functions when the
+        event time, key and value deserializers of non-null bytes, the fused chain's
+        ``entry`` or None, the source's process)`` of a source topic, cached. The deserializers are the serdes' own functions when the
         serdes are plain :class:`Serde` s (their errors are wrapped by :meth:`process`)."""
         src = self._source_serdes.get(topic)
         if src is None:
@@ -283,8 +285,9 @@ class StreamTask:
                 raise StreamsException(f"task {self.task_id}: no source for topic {topic}")
             plain_ts = node.op.timestamp_extractor is None and self.config.default_timestamp_extractor != "wall_clock"
             ks, vs = self.node_serdes(node)
+            process = self.processors[node.name].process
             src = self._source_serdes[topic] = (node, ks, vs, plain_ts, _raw_deserializer(ks), _raw_deserializer(vs),
-                                                self.processors[node.name].process)
+                                                getattr(process, "entry", None), process)
         return src
 
     def process(self, raw: RawRecord) -> None:
@@ -303,7 +306,7 @@ class StreamTask:
         caller's); a skipped record adds one to ``_skipped``."""
         topic, partition, offset, key, value, ts, headers = raw
         src = self._source_serdes.get(topic) or self._source(topic)
-        node, ks, vs, plain_ts, kde, vde, source_process = src
+        node, ks, vs, plain_ts, kde, vde, entry, source_process = src
         self._current_raw = raw
         try:
             if key is not None:
@@ -328,7 +331,10 @@ class StreamTask:
         if ts > self.stream_time:
             self.stream_time = ts
         try:
-            source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
+            if entry is not None:  # a fused chain's (fused_chains): no Record built
+                entry(key, value, ts, list(headers) if headers else [])
+            else:
+                source_process(_new_tuple(Record, (key, value, ts, list(headers) if headers else [])))
         except SerializationException as exc:
             # a processor's own serde call (a store key, a join's lookup key): a processing
             # error, as in Kafka's ProcessorNode#process (its SerializationException is no
@@ -387,11 +393,7 @@ class StreamTask:
 
     def _handle_error(self, kind: str, handler: str, raw: RawRecord, exc: Exception) -> None:
         """``handler`` for the source record ``raw`` that failed in step ``kind``
-        (:meth:`RecordErrors.record_failed`).
-
-        Raises:
-            StreamsException: under ``log_and_fail``, or ``dead_letter`` without a topic.
-        """
+        (:meth:`RecordErrors.record_failed`, whose StreamsException it raises)."""
         self.errors.record_failed(kind, handler, raw, exc)
 
     def handle_flush_error(self, node: str, record: Record[Any, Any], exc: Exception) -> None:

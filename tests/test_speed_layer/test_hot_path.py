@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,31 +45,37 @@ class _FrameDriver(TopologyTestDriver):
         super().send(topic, key, value, timestamp, headers, partition)
 
 
-def test_a_stateless_record_runs_through_its_working_processors_only() -> None:
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_stateless_record_runs_through_its_working_processors_only(fuse: bool) -> None:
     """The anchors' stateless topology (filter, project, JSON out): the filter, the
-    projection and the sink's sender, no source, forwarding or sink frame (before: 8)."""
+    projection and the sink's sender, no source, forwarding or sink frame (before: 8);
+    with ``fuse.stateless.chains``, one generated frame for the whole chain."""
     b = StreamsBuilder()
     (b.stream("in").filter(lambda k, v: v["distance"] > 500)
      .map_values(lambda v: {"dest": v["dest"], "distance": v["distance"]})
      .to("out", Produced.with_(S, J)))
-    with _FrameDriver(b.build(), {**CONFIG, "default.value.serde": J}) as d:
+    with _FrameDriver(b.build(), {**CONFIG, "default.value.serde": J, "fuse.stateless.chains": fuse}) as d:
         inp = d.create_input_topic("in")
         inp.pipe_input("EWR", {"dest": "IAH", "distance": 1400}, 1)
         inp.pipe_input("EWR", {"dest": "IAH", "distance": 400}, 2)
         out = d.create_output_topic("out", S, J).read_key_values_to_list()
         assert out == [("EWR", {"dest": "IAH", "distance": 1400})]
         assert [[q.rsplit(".", 1)[0] if q.endswith(".process") else q for q in c] for c in d.chains] == [
-            ["FilterProcessor", "MapValuesProcessor", "sink_sender.<locals>.send"]]
+            ["fused_chain_from_KSTREAM-FILTER-0000000001"] if fuse
+            else ["FilterProcessor", "MapValuesProcessor", "sink_sender.<locals>.send"]]
 
 
-def test_merged_streams_skip_their_sources_and_the_merge() -> None:
+@pytest.mark.parametrize("fuse", [False, True])
+def test_merged_streams_skip_their_sources_and_the_merge(fuse: bool) -> None:
+    """Fused, both sources call the chain of the merge's only child (the merge is linked away)."""
     b = StreamsBuilder()
     b.stream("a").merge(b.stream("b")).map_values(lambda v: v + "!").to("out")
-    with _FrameDriver(b.build(), CONFIG) as d:
+    with _FrameDriver(b.build(), {**CONFIG, "fuse.stateless.chains": fuse}) as d:
         d.create_input_topic("a").pipe_input("k", "1", 1)
         d.create_input_topic("b").pipe_input("k", "2", 2)
         assert d.create_output_topic("out").read_values_to_list() == ["1!", "2!"]
-        assert d.chains == [["MapValuesProcessor.process", "sink_sender.<locals>.send"]] * 2
+        assert d.chains == [["fused_chain_from_KSTREAM-MAPVALUES-0000000003"] if fuse
+                            else ["MapValuesProcessor.process", "sink_sender.<locals>.send"]] * 2
 
 
 def test_a_branch_and_a_topic_extractor_keep_their_own_frames() -> None:
@@ -90,18 +97,21 @@ def test_a_branch_and_a_topic_extractor_keep_their_own_frames() -> None:
         assert "SinkProcessor.process" in d.chains[1]
 
 
-def test_several_children_and_a_user_processor_reach_the_sinks_sender() -> None:
+@pytest.mark.parametrize("fuse", [False, True])
+def test_several_children_and_a_user_processor_reach_the_sinks_sender(fuse: bool) -> None:
     """A node with two children forwards through the context's list of their ``process``,
     bound once every processor's init ran: the sinks' senders, not ``SinkProcessor.process``;
-    a Processor-API processor's ``context.forward`` to its one child too."""
+    a Processor-API processor's ``context.forward`` to its one child too. Fused, the source
+    runs both branches in one frame."""
     b = StreamsBuilder()
     s = b.stream("in")
     s.filter(lambda k, v: v == "a").to("as")
     s.filter_not(lambda k, v: v == "a").to("others")
-    with _FrameDriver(b.build(), CONFIG) as d:
+    with _FrameDriver(b.build(), {**CONFIG, "fuse.stateless.chains": fuse}) as d:
         d.create_input_topic("in").pipe_input("k", "a", 1)
         assert d.create_output_topic("as").read_values_to_list() == ["a"]
-        assert d.chains == [["SourceProcessor.process", "ProcessorContextImpl.forward", "FilterProcessor.process", "sink_sender.<locals>.send"]]
+        assert d.chains == [["fused_chain_from_KSTREAM-SOURCE-0000000000"] if fuse else
+                            ["SourceProcessor.process", "ProcessorContextImpl.forward", "FilterProcessor.process", "sink_sender.<locals>.send"]]
 
     class Upper(Processor[Any, Any]):
         def process(self, record: Record[Any, Any]) -> None:
