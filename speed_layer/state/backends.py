@@ -176,16 +176,22 @@ def shared_memory() -> tuple[Any, Any]:
     process opens, as Kafka Streams' ``BoundedMemoryRocksDBConfig`` (one ``LRUCache`` and a
     ``WriteBufferManager`` costed to it, index and filter blocks in the cache). Without it
     each database had its own 8 MiB block cache, index and filter blocks outside any cache
-    (growing with the files the history wrote) and up to 3 x 16 MiB memtables. The write
-    buffer manager stalls a writer while the memtables are over budget until a flush ends
-    (``allow_stall``; without it writes outran the flushes: 116 MiB of memtables against a
-    64 MiB budget in the test)."""
+    (growing with the files the history wrote) and up to 3 x 16 MiB memtables. Beyond the
+    budget the manager makes the database written to flush its memtable; it never stalls the
+    writer (``allow_stall`` false, as Kafka Streams' ``new WriteBufferManager(size, cache)``):
+    with ``allow_stall`` a writer waits until the memtables are under budget again, and when
+    the memory is held by databases nobody writes to (their memtables below their own flush
+    size: a backlog's downstream stores while their upstream sub-topologies run, issue 42's
+    upstream-input wait), nothing flushes them and the stream thread waited for good (the
+    full year stalled in ``put`` with RocksDB's flush threads idle). The budget is a soft bound
+    then: writes can outrun the flushes (116 MiB of memtables against a 64 MiB budget in the
+    test), still far below the unshared 16 MiB x 3 per database."""
     global _shared
     if _shared is None:
         from rocksdict import Cache, WriteBufferManager
 
         cache = Cache(SHARED_CACHE_BYTES)
-        _shared = (cache, WriteBufferManager.new_write_buffer_manager_with_cache(SHARED_MEMTABLE_BYTES, True, cache))
+        _shared = (cache, WriteBufferManager.new_write_buffer_manager_with_cache(SHARED_MEMTABLE_BYTES, False, cache))
     return _shared
 
 

@@ -24,9 +24,9 @@ def test_every_database_shares_one_cache_and_memtable_budget(tmp_path):
                 store.put(b"%d-%08d" % (i, n), value)
             if n % 500 == 0:
                 peak = max(peak, write_buffers.get_usage())
-        # the memtables of all twelve are counted together and flushed at the shared budget (a
-        # writer waits for a flush beyond it), not at 12 x 16 MiB
-        assert 0 < peak <= backends.SHARED_MEMTABLE_BYTES * 1.1 < 12 * backends.WRITE_BUFFER_SIZE
+        # the memtables of all twelve are counted together and flushed from the shared budget
+        # on (a soft bound: writes may outrun the flushes, no writer waits), not at 12 x 16 MiB
+        assert 0 < peak <= backends.SHARED_MEMTABLE_BYTES * 2 < 12 * backends.WRITE_BUFFER_SIZE
         for i, store in enumerate(stores):  # reads go through the shared cache
             assert store.get(b"%d-%08d" % (i, 10)) == value
         assert 0 < cache.get_usage() <= backends.SHARED_CACHE_BYTES * 1.1
