@@ -30,8 +30,8 @@ PYTEST_ARGS ?=
 # own broker, Spark session and browser (~3 GiB) and has its own speed-layer state root and
 # DAGSTER_HOME (tests/conftest.py); --dist loadfile keeps a file's tests (and its module
 # fixtures) on one worker. On fresh clones on this 2-core machine: 22:03 quiet (1,343 passed),
-# 42:09 beside other engineers' benchmarks at load 12-20 (1,344 passed), against 45:46 in one
-# process on a quiet CI machine.
+# 42:09 beside other engineers' benchmarks at load 12-20 (1,344 passed), 25:43 at load 4-9
+# (1,379 passed, 5b8fa73), against 45:46 in one process on a quiet CI machine.
 TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed
