@@ -7,16 +7,18 @@ the CPU seconds of its whole process tree (its Spark JVM and speed-layer instanc
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TreeCpu", "duet_run", "proc_table", "ticks"]
+__all__ = ["TreeCpu", "busy_processes", "duet_run", "proc_table", "ticks"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -86,3 +88,16 @@ def duet_run(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     if child.returncode not in (0, 1) or len(lines) != 1:
         raise SystemExit(f"duet run {' '.join(args)} failed ({child.returncode}):\n{stderr[-4000:]}")
     return {"wall": wall, "cpu": cpu, "summary": json.loads(lines[0]), "returncode": child.returncode}
+
+
+@contextlib.contextmanager
+def busy_processes(n: int) -> Iterator[None]:
+    """``n`` processes spinning on the CPU (``python3 -c 'while True: pass'``) while the block
+    runs, killed after it (0: none)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,20 +26,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _duet_runs import duet_run  # noqa: E402 - bench/ is on sys.path as a script
+from _duet_runs import busy_processes, duet_run  # noqa: E402 - bench/ is on sys.path as a script
 
-BUSY = [sys.executable, "-c", "while True: pass"]
 
 
 def _round(lake: Path, limit: int | None, env: dict[str, str], cwd: Path, busy: int) -> dict[str, Any]:
     """One ``duet run`` beside ``busy`` spinning processes (0: quiet)."""
-    spinners = [subprocess.Popen(BUSY) for _ in range(busy)]
-    try:
+    with busy_processes(busy):
         r = duet_run(["--lake", str(lake)] + (["--limit", str(limit)] if limit else []), env, cwd)
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
     s = r["summary"]
     phases = s.get("phase_seconds", {})
     return {"wall": r["wall"], "cpu": r["cpu"], "speed": float(phases.get("speed", s.get("speed_seconds", 0.0))),

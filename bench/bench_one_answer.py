@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,20 +31,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _duet_runs import duet_run  # noqa: E402 - bench/ is on sys.path as a script
+from _duet_runs import busy_processes, duet_run  # noqa: E402 - bench/ is on sys.path as a script
 
 SHOP = "pipelines.examples.shop:pipeline"
-BUSY = [sys.executable, "-c", "while True: pass"]
 
 
 def _run(args: list[str], lake: Path, env: dict[str, str], cwd: Path, busy: int) -> dict[str, Any]:
-    spinners = [subprocess.Popen(BUSY) for _ in range(busy)]
-    try:
+    with busy_processes(busy):
         r = duet_run([*args, "--lake", str(lake)], env, cwd)
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
     s = r["summary"]
     return {"exit": r["returncode"], "wall": r["wall"], "agreement": s["agreement"], "late": s["dropped_late"],
             "expired": s.get("expired_join_drops", 0), "unexplained": sum(s.get("unexplained", {}).values())}
