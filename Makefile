@@ -29,9 +29,13 @@ PYTEST_ARGS ?=
 # pytest-xdist workers of make test (0: the tests run in this process). Each worker starts its
 # own broker, Spark session and browser (~3 GiB) and has its own speed-layer state root and
 # DAGSTER_HOME (tests/conftest.py); --dist loadfile keeps a file's tests (and its module
-# fixtures) on one worker. On fresh clones on this 2-core machine: 22:03 quiet (1,343 passed),
-# 42:09 beside other engineers' benchmarks at load 12-20 (1,344 passed), 25:43 at load 4-9
-# (1,379 passed, 5b8fa73), against 45:46 in one process on a quiet CI machine.
+# fixtures) on one worker, and --no-loadscope-reorder keeps conftest's order, the longest
+# files first (tests/file_durations.json), instead of xdist's default, the files with the
+# most tests first: that handed the long one-test files (the soak, the cluster faults) out
+# last, and fc1 (8a34636) ran its last ~20 of 51 min on one worker. On fresh clones on this
+# 2-core machine: 22:03 quiet (1,343 passed), 42:09 beside other engineers' benchmarks at
+# load 12-20 (1,344 passed), 25:43 at load 4-9 (1,379 passed, 5b8fa73), against 45:46 in one
+# process on a quiet CI machine.
 TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed
@@ -120,7 +124,7 @@ run: setup
 	$(VENV)/bin/duet run $(ARGS)
 
 test: setup
-	$(VENV)/bin/python -m pytest -p xdist -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -p xdist -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Caches and the copied jars (not the venv, not the lake).
 clean:

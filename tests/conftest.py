@@ -123,3 +123,18 @@ def browser() -> Iterator[object]:
     ``chromium`` + ``chromium-driver``, installed by ``make setup``, driven by Selenium); 1400x900 px."""
     with _kit("test_serving", "browser_kit").chromium() as driver:
         yield driver
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest test files first (``tests/file_durations.json``, measured seconds per file;
+    files not in it after, in collection order), so pytest-xdist's ``--dist loadfile`` hands
+    them out first and short files fill both workers at the end. A file's own order is kept."""
+    from file_durations import load
+
+    seconds = load()
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-seconds.get(_relative(config, item), 0.0), position[id(item)]))
+
+
+def _relative(config: pytest.Config, item: pytest.Item) -> str:
+    return item.path.relative_to(config.rootpath).as_posix()

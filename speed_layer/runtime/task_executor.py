@@ -70,10 +70,9 @@ class TaskExecutor:
         # max_records), equal timestamps of two tasks reached the repartition topics both
         # write in a different order from run to run, and one run in four dropped one or
         # two more window updates as late (issue 42)
-        heap = []
-        for i, task in enumerate(sorted(self.tasks.values(), key=lambda t: task_order(t.task_id))):
-            if task.buffered():
-                heap.append((task.head_timestamp(), i, task))
+        # (the tie-break is the task's place, task_order: cached, no sort of the tasks per loop)
+        heap = [(task.head_timestamp(), task_order(task.task_id), task)
+                for task in self.tasks.values() if task.buffered()]
         heapq.heapify(heap)
         tracked = readiness.tracked
         n = 0
