@@ -143,10 +143,11 @@ def _get(url: str) -> Any:
         return None
 
 
-def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> SoakResult:
+def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None, final_wait_s: float = 600) -> SoakResult:
     """Run ``duet up`` on the flights fed at ``rate`` events/s for ``seconds`` (the feed is
     cut to ``rate * seconds`` events; beyond a year, copies of the year: ``--years``), sample it, wait for a recompute to archive all of it,
-    compare speed and batch, stop it with SIGINT. ``workdir``: its lake and DAGSTER_HOME.
+    compare speed and batch, stop it with SIGINT. ``workdir``: its lake and DAGSTER_HOME;
+    ``final_wait_s``: how long the last recompute (the feed's end) may take after the feed.
 
     Raises:
         AssertionError: ``duet up`` failed, or a phase did not happen in time.
@@ -213,7 +214,7 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None) -> 
                 f"freshness {result.freshness_s[-1:]} s, live rows {result.live_rows[-1:]}, watermarks {len(watermarks)}")
             time.sleep(5)
         last = max(stamps)
-        deadline = time.monotonic() + 600  # the feed's end archived and recomputed
+        deadline = time.monotonic() + final_wait_s  # the feed's end archived and recomputed
         while True:
             health = _get(f"{base}/health") or {}
             if health.get("batch_watermark_ms") is not None:
@@ -266,10 +267,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1800.0)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--final-wait", type=float, default=600.0,
+                        help="seconds the recompute of the feed's end may take after the feed (a 30-minute "
+                             "feed at 1,000/s is 1.8 M flights of history for the last recompute)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="duet-soak-") as work:
         result = run_soak(args.seconds, args.rate, Path(work),
-                          log=lambda m: print(m, file=sys.stderr, flush=True))
+                          log=lambda m: print(m, file=sys.stderr, flush=True), final_wait_s=args.final_wait)
     print(json.dumps(result.summary(), default=str))
 
 
