@@ -337,7 +337,8 @@ def batch(
         batch_frames = read_batch_views(pipeline, root)
         results = run_checks(pipeline, root, reporter=rep, frames=batch_frames)
         phases.enter("publish")
-        rows = publish_views(pipeline, root, batch_frames, read_speed_views(pipeline, servers))
+        rows = publish_views(pipeline, root, batch_frames,
+                             read_speed_views(pipeline, servers, merge_at_ms=stats.watermark_ms))
         catalog = CatalogRecorder("batch", pipeline)
         catalog(batch_frames, results, rows)
     console.print(f"batch layer {stats.seconds:.1f} s, watermark {stats.watermark_ms}; published "

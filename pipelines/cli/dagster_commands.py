@@ -208,11 +208,13 @@ def _dagster_dev(refs: list[str], names: list[str], search: Path | None, root: P
 
 
 def start_dagster_dev(refs: list[str], search: Path | None, root: Path, servers: str, host: str, port: int,
-                      env: dict[str, str] | None = None, output: Any = None) -> tuple[Any, Path]:
+                      env: dict[str, str] | None = None, output: Any = None, nice: int = 0) -> tuple[Any, Path]:
     """Start ``dagster dev`` (webserver, daemon, code server) on the pipelines ``refs``, the
     lake ``root`` and the Kafka ``servers``, in a session of its own (a terminal's Ctrl-C
     reaches the caller only: :func:`stop_process_group` stops it); ``env``: more variables;
-    ``output``: a file its stdout and stderr go to (default: the caller's).
+    ``output``: a file its stdout and stderr go to (default: the caller's); ``nice``: its
+    nice value increment (coreutils ``nice -n``; the runs it launches, their Spark JVMs
+    included, inherit it).
     Returns the process and the ``DAGSTER_HOME`` (:func:`pipelines.dagster.home.ensure_dagster_home`)."""
     import subprocess
 
@@ -225,6 +227,8 @@ def start_dagster_dev(refs: list[str], search: Path | None, root: Path, servers:
         full["DUET_PROJECT_ROOT"] = str(search)
     dagster = Path(sys.executable).with_name("dagster")
     cmd = [str(dagster), "dev", "-m", "pipelines.dagster.workspace", "-h", host, "-p", str(port)]
+    if nice:
+        cmd = ["nice", "-n", str(nice), *cmd]  # nice execs dagster: the same process, its group and session
     return subprocess.Popen(cmd, env=full, cwd=search or Path.cwd(), start_new_session=True, stdout=output,
                             stderr=output), home
 

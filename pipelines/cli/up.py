@@ -39,7 +39,14 @@ from pipelines.cli.support import (
     pipeline_and_lake, reporter, setup_logging, user_errors,
 )
 
-__all__ = ["up", "LIVE_CONFIG"]
+__all__ = ["up", "LIVE_CONFIG", "RECOMPUTE_NICE"]
+
+#: nice value of ``dagster dev`` (webserver, daemon, code server and the recompute runs with their
+#: Spark JVMs) under ``duet up``: a recompute is throughput, the live path is latency. The
+#: 30-minute soak at 1,000 flights/s at equal priority (2 cores, 2026-12-07) left the speed
+#: service under half a core beside the recompute and serving, and it fell minutes behind
+#: the feed (docs/live-serving.md, "The soak")
+RECOMPUTE_NICE = 10
 
 #: the speed service's Streams config under ``duet up``: the caches flush to the view topics
 #: five times a second (Kafka Streams' ``commit.interval.ms``; duet's default is 10 s)
@@ -65,12 +72,17 @@ def up(
     speed_port: Annotated[int, typer.Option("--speed-port", min=0, max=65535, help="TCP port of the speed service "
                                             "(/speed, /health, /metrics); 0: a free one.")] = 8081,
     ui_port: Annotated[int, typer.Option("--ui-port", min=1, max=65535, help="TCP port of the Dagster UI.")] = 3000,
+    recompute_nice: Annotated[int, typer.Option(
+        "--recompute-nice", min=0, max=19, help="Nice value of Dagster and the recomputes it runs (Spark "
+        "included): the live path (speed layer, serving, the feed) keeps the CPU it needs; 0: equal priority.")]
+    = RECOMPUTE_NICE,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
     """The pipeline live, until Ctrl-C: the speed layer as a service (commit interval 200 ms),
     serving with the live merge (every answer: the batch view up to its watermark, the speed
     layer's current results after it), the Dagster webserver and daemon with the recompute
-    schedule and the new-data sensor on, and the sample fed at --rate events/s (on the
+    schedule and the new-data sensor on (at nice 10, --recompute-nice: a recompute yields the
+    CPU to the live path), and the sample fed at --rate events/s (on the
     embedded broker; on a cluster only with --feed; --years N: N copies of it, one after the
     other, for a feed that lasts). A lake without published views starts
     with an empty catalogue: answers come from the speed layer until the first recompute.
@@ -90,14 +102,14 @@ def up(
             cluster(bootstrap, console, phases) as (servers, embedded), contextlib.ExitStack() as children:
         fed = embedded if feed is None else feed
         line = _run_live(pipeline, pipeline_ref, folder, servers, embedded, fed, rate, limit, scale, host, port, speed_port,
-                         ui_port, console, phases, children)
+                         ui_port, console, phases, children, recompute_nice)
         children.close()  # serving and Dagster stop before the broker
         console.print(f"duet up: {line}; serving and Dagster stopped; {phases.topics_kept()}", soft_wrap=True)
 
 
 def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedded: bool, fed: bool, rate: float,
               limit: int | None, scale: int, host: str, port: int, speed_port: int, ui_port: int, console: Any,
-              phases: Phases, children: contextlib.ExitStack) -> str:
+              phases: Phases, children: contextlib.ExitStack, recompute_nice: int = RECOMPUTE_NICE) -> str:
     """Start serving and Dagster (stopped by ``children``'s close), then run the speed service
     (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did. On
     the ``embedded`` broker the speed service is a fresh application with its state in a
@@ -126,7 +138,7 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedd
     logs = _log_folder()
     dagster_log = children.enter_context(open(logs / f"up-{pipeline.name}-dagster.log", "ab"))
     proc, home = start_dagster_dev([chosen], search, root, servers, host, ui_port, {AUTOMATION_ENV: "running"},
-                                   output=dagster_log)
+                                   output=dagster_log, nice=recompute_nice)
     dagster = _Child(proc, 30.0)
     children.callback(dagster.stop)
     feed = None

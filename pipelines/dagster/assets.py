@@ -235,7 +235,8 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
     """``[<p>, serving_publish]``: merge the batch views with the speed views at the batch
     watermark into ``<lake root>/<p>/serving``.
 
-    The speed views are the speed layer's view output topics (read to their end); when a
+    The speed views are the speed layer's view output topics (read to their end, from where
+    the merge at the batch watermark needs them: ``speed_read_start``); when a
     topic does not exist yet (no speed layer ran on this cluster), or no cluster is
     configured, the view is published from the batch alone. Metadata: ``rows_<view>``,
     ``speed_views``, ``batch_watermark_ms``, ``path``.
@@ -257,11 +258,12 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
 
         folder = lake.writable(p)
         batch_frames = read_batch_views(p, folder)
+        watermark = read_batch_watermark(folder)
         speed_frames: dict[str, Any] = {}
         servers = kafka.configured_bootstrap()  # a fresh embedded broker would hold no speed view
         for view in p.view_names if servers else ():
-            try:
-                speed_frames.update(read_speed_views(p, servers, [view], timeout_s=120))
+            try:  # the fresh edge only: what the merge at the watermark keeps
+                speed_frames.update(read_speed_views(p, servers, [view], timeout_s=120, merge_at_ms=watermark))
             except SpeedSourceError as exc:
                 context.log.warning(f"{view}: no speed view ({exc}); publishing the batch view alone")
         if not servers:
@@ -271,7 +273,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
             metadata={
                 **{f"rows_{slug(v)}": dg.MetadataValue.int(n) for v, n in rows.items()},
                 "speed_views": dg.MetadataValue.text(", ".join(sorted(speed_frames)) or "none"),
-                "batch_watermark_ms": dg.MetadataValue.int(int(read_batch_watermark(folder) or 0)),
+                "batch_watermark_ms": dg.MetadataValue.int(int(watermark or 0)),
                 "path": dg.MetadataValue.path(str(LakeLayout(folder).serving_folder)),
             }
         )

@@ -37,16 +37,21 @@ def _selected(pipeline: Pipeline, views: Iterable[str] | None) -> list[str]:
 
 
 def read_speed_views(pipeline: Pipeline, bootstrap: str, views: Iterable[str] | None = None,
-                     timeout_s: float = 300.0) -> dict[str, pd.DataFrame]:
-    """The speed layer's views: each view output topic read to its end.
+                     timeout_s: float = 300.0, merge_at_ms: int | None = None) -> dict[str, pd.DataFrame]:
+    """The speed layer's views: each view output topic read to its end; from the beginning,
+    or, with ``merge_at_ms`` (a batch watermark), from where a merge at it needs them
+    (:func:`serving.views.merge.speed_read_start`: the frames then hold what the merge keeps,
+    not the history).
 
     Raises:
         serving.errors.SpeedSourceError: a topic is missing or cannot be read in ``timeout_s``.
     """
+    from serving.views.merge import speed_read_start
     from serving.views.speed import read_view_topic
 
     specs = pipeline.view_specs
-    return {v: read_view_topic(bootstrap, v, specs[v].windowed, timeout_s=timeout_s)
+    return {v: read_view_topic(bootstrap, v, specs[v].windowed, timeout_s=timeout_s,
+                               from_timestamp_ms=speed_read_start(specs[v], merge_at_ms))
             for v in _selected(pipeline, views)}
 
 

@@ -45,7 +45,11 @@ from pydantic import BaseModel, ConfigDict
 from serving.views.frames import normalize_view_frame
 from serving.views.model import ViewSpec
 
-__all__ = ["merge_view", "agreement", "AgreementReport", "values_equal"]
+__all__ = ["merge_view", "agreement", "AgreementReport", "values_equal", "speed_read_start"]
+
+#: ms a view topic is read from before the oldest record a merge can use (slack for a
+#: processor after the aggregation that moves a timestamp a little back)
+SPEED_READ_MARGIN_MS = 86_400_000
 
 _REL_TOL = 1e-9
 
@@ -75,6 +79,30 @@ def _overlapping(left: pd.DataFrame, right: pd.DataFrame) -> pd.Index:
         pairs["window_start_r"] <= pairs["window_end"]
     )
     return pd.Index(pairs.loc[hit.fillna(False).astype(bool), "_lidx"].unique())
+
+
+def speed_read_start(spec: ViewSpec, batch_watermark_ms: int | None) -> int | None:
+    """The timestamp (ms) from which :func:`merge_view` at ``batch_watermark_ms`` needs the
+    speed view's topic (``read_view_topic(..., from_timestamp_ms=...)``), ``None``: all of it.
+
+    The speed rows a merge at ``W`` keeps are the open ones: a time window open at ``W``
+    starts after ``W - size - grace`` and its records are stamped at least at its start (the
+    latest input timestamp, as Kafka Streams' windowed aggregations); a session open at ``W``
+    ends at or after ``W - gap - grace`` and each of its records (puts and the tombstones of
+    merged sessions) is stamped with its end; a table row is kept when its timestamp is after
+    ``W``. So reading from ``W`` minus that lookback (and :data:`SPEED_READ_MARGIN_MS`) gives
+    the merge of the full read: a recompute's publish costs the records of the fresh edge,
+    not of the whole history (the soak's recomputes, each reading years of view topics, fell
+    ever further behind; docs/live-serving.md)."""
+    if batch_watermark_ms is None:
+        return None
+    if not spec.windowed:
+        lookback = 0
+    elif spec.window_kind == "session":
+        lookback = int(spec.gap_ms or 0) + spec.grace_ms
+    else:
+        lookback = int(spec.size_ms or 0) + spec.grace_ms
+    return batch_watermark_ms - lookback - SPEED_READ_MARGIN_MS
 
 
 def _dedupe(spec: ViewSpec, df: pd.DataFrame) -> pd.DataFrame:

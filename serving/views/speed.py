@@ -54,8 +54,10 @@ def read_view_topic(
     windowed: bool,
     timeout_s: float = 60.0,
     config: dict[str, Any] | None = None,
+    from_timestamp_ms: int | None = None,
 ) -> pd.DataFrame:
-    """Consume ``topic`` from the beginning to its end offsets and return the latest view.
+    """Consume ``topic`` from the beginning (or from ``from_timestamp_ms``) to its end offsets
+    and return the latest view.
 
     All partitions are assigned manually (no consumer-group subscription, no offset commits).
     The end offsets are taken when the read starts; the read of a partition finishes when its
@@ -70,6 +72,12 @@ def read_view_topic(
         windowed: whether keys are the windowed JSON form.
         timeout_s: overall deadline in seconds.
         config: extra librdkafka consumer settings (override the defaults).
+        from_timestamp_ms: read each partition from its first record whose timestamp is at
+            least this (Kafka's ``offsetsForTimes``; every record before it is older), or skip
+            the partition when it has none; ``None``: from the beginning. The view then holds
+            every identity whose records all have timestamps >= it, exactly as the full read
+            (identities with older records may be missing or partial):
+            :func:`serving.views.merge.speed_read_start` picks the bound for a merge.
 
     Returns:
         A view frame ``key, window_start, window_end, value, timestamp`` (ms; ``timestamp`` is
@@ -112,15 +120,20 @@ def read_view_topic(
             raise SpeedSourceError(f"topic {topic!r} is not available: {why}")
 
         pending: dict[int, int] = {}  # partition -> end offset still to reach
+        start: dict[int, int] = {}  # partition -> offset the read starts at
         for p in sorted(tmd.partitions):
             low, high = _watermarks(consumer, TopicPartition(topic, p), deadline)
             if high > low:
-                pending[p] = high
+                pending[p], start[p] = high, OFFSET_BEGINNING
+        if from_timestamp_ms is not None and pending:
+            start = _offsets_for_time(consumer, topic, sorted(pending), from_timestamp_ms, deadline)
+            for p in [p for p, offset in start.items() if offset < 0]:  # no record that recent
+                del pending[p], start[p]
         # the last record per raw key, in the order of their last update (a key's update
         # moves it to the end): each distinct key is decoded once, not once per update
         latest: dict[bytes | None, tuple[bytes | None, int]] = {}
         if pending:
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+            consumer.assign([TopicPartition(topic, p, start[p]) for p in pending])
         while pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -165,6 +178,29 @@ def read_view_topic(
     )
     frame = normalize_view_frame(frame)
     return frame.sort_values(["key", "window_start", "window_end"], kind="stable").reset_index(drop=True)
+
+
+def _offsets_for_time(consumer: Any, topic: str, partitions: list[int], timestamp_ms: int,
+                      deadline: float) -> dict[int, int]:
+    """``{partition: the offset of its first record with a timestamp >= timestamp_ms}``, -1
+    for a partition without one (Kafka's ``offsetsForTimes``).
+
+    Raises:
+        SpeedSourceError: on a broker error or at ``deadline`` (monotonic seconds).
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
+    asked = [TopicPartition(topic, p, max(0, timestamp_ms)) for p in partitions]
+    try:
+        found = consumer.offsets_for_times(asked, timeout=max(0.1, deadline - time.monotonic()))
+    except KafkaException as exc:
+        raise SpeedSourceError(f"cannot look up offsets of {topic!r} at {timestamp_ms} ms: {exc}") from exc
+    out: dict[int, int] = {}
+    for tp in found:
+        if tp.error is not None:
+            raise SpeedSourceError(f"cannot look up offsets of {topic!r} at {timestamp_ms} ms: {tp.error}")
+        out[tp.partition] = tp.offset
+    return out
 
 
 def _watermarks(consumer: Any, tp: Any, deadline: float) -> tuple[int, int]:

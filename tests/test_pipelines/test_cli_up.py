@@ -54,6 +54,20 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _nice(pid: int) -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:  # gone
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -163,6 +177,17 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
 
         family = _descendants(proc.pid)
         assert len(family) >= 2  # serving and dagster dev at least
+        # Dagster and its runs at nice RECOMPUTE_NICE (a recompute yields the CPU to the live
+        # path), serving and the speed service at the caller's
+        from pipelines.cli.up import RECOMPUTE_NICE
+
+        own = os.getpriority(os.PRIO_PROCESS, proc.pid)
+        cmdlines = {p: _cmdline(p) for p in family}
+        dagster = [p for p, c in cmdlines.items() if "dagster" in c]
+        serving = [p for p, c in cmdlines.items() if "pipelines.cli serve" in c]
+        assert dagster and serving, cmdlines
+        assert {_nice(p) for p in dagster} - {None} == {min(own + RECOMPUTE_NICE, 19)}, cmdlines
+        assert {_nice(p) for p in serving} - {None} == {own}
         proc.send_signal(signal.SIGINT)
         asked = time.monotonic()
         proc.wait(60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 
 import pytest
@@ -122,3 +123,58 @@ def test_read_transactional_view_topic(kafka_bootstrap: str, unique_name: str) -
 
     df = read_view_topic(kafka_bootstrap, topic, windowed=True, timeout_s=60)
     assert list(zip(df["key"], df["value"], df["timestamp"])) == [("a", "1", T0), ("b", "2", T0 + 2)]
+
+
+def _contract_records(spec: ViewSpec, rng: random.Random, days: int) -> list[tuple[bytes, bytes | None, int]]:
+    """View-topic records as the speed layer writes them, in stream-time order with up to 6 h
+    of disorder (late records, cache flushes): a time window's updates stamped in
+    ``[start, end + grace)``, a session's puts and tombstones stamped with its end, a table's
+    updates anywhere; about one in eight a tombstone."""
+    out: list[tuple[bytes, bytes | None, int]] = []
+    for i in range(600):
+        key = f"K{rng.randrange(8 if spec.windowed else 400)}"  # a table: keys that stop changing
+        value = None if rng.random() < 0.125 else json.dumps({"n": i}).encode()
+        t = T0 + rng.randrange(days * 24 * HOUR)
+        if spec.window_kind == "session":
+            start = t - rng.randrange(3 * HOUR)
+            out.append((_wkey(key, start, t), value, t))
+        elif spec.windowed:
+            assert spec.size_ms is not None
+            start = t - t % spec.size_ms
+            out.append((_wkey(key, start, start + spec.size_ms),
+                        value, start + rng.randrange(spec.size_ms + spec.grace_ms)))
+        else:
+            out.append((key.encode(), value, t))
+    jitter = {id(r): rng.randrange(6 * HOUR) for r in out}
+    return sorted(out, key=lambda r: r[2] + jitter[id(r)])
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("spec", [ViewSpec.tumbling("tumbling", HOUR, grace_ms=10 * 60_000),
+                                  ViewSpec.hopping("hopping", 24 * HOUR, HOUR),
+                                  ViewSpec.session("sessions", 30 * 60_000, grace_ms=5 * 60_000),
+                                  ViewSpec.table("table")], ids=lambda s: s.name)
+def test_a_read_from_the_merge_start_merges_as_the_full_read(kafka_bootstrap: str, unique_name: str,
+                                                             spec: ViewSpec) -> None:
+    """A publish reads a view topic from ``speed_read_start(spec, W)`` (the fresh edge, not the
+    history): merged at ``W`` with the same batch view, it gives the full read's answer."""
+    from serving.views.merge import SPEED_READ_MARGIN_MS, speed_read_start
+
+    days = 12
+    topic = f"{unique_name}-view"
+    _create_topic(kafka_bootstrap, topic, partitions=3)
+    _produce(kafka_bootstrap, topic, _contract_records(spec, random.Random(spec.name), days))
+    full = read_view_topic(kafka_bootstrap, topic, windowed=spec.windowed, timeout_s=60)
+    batch = full.assign(value='{"batch": true}')  # every identity, so that batch and speed both matter
+    assert speed_read_start(spec, None) is None
+    for day in (0, 3, 6, 9, days + 1):
+        w = T0 + day * 24 * HOUR + 7 * HOUR
+        start = speed_read_start(spec, w)
+        assert start is not None and start <= w - SPEED_READ_MARGIN_MS
+        edge = read_view_topic(kafka_bootstrap, topic, windowed=spec.windowed, timeout_s=60, from_timestamp_ms=start)
+        assert merge_view(spec, batch, edge, w).equals(merge_view(spec, batch, full, w)), (spec.name, day)
+        if day == 9:  # most of the history is not read
+            assert len(edge) < 0.75 * len(full), (day, len(edge), len(full))
+    # past every record: nothing to read, every partition skipped
+    assert read_view_topic(kafka_bootstrap, topic, windowed=spec.windowed, timeout_s=60,
+                           from_timestamp_ms=T0 + (days + 2) * 24 * HOUR).empty
