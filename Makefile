@@ -32,10 +32,11 @@ PYTEST_ARGS ?=
 # fixtures) on one worker, and --no-loadscope-reorder keeps conftest's order, the longest
 # files first (tests/file_durations.json), instead of xdist's default, the files with the
 # most tests first: that handed the long one-test files (the soak, the cluster faults) out
-# last, and fc1 (8a34636) ran its last ~20 of 51 min on one worker. On fresh clones on this
-# 2-core machine: 22:03 quiet (1,343 passed), 42:09 beside other engineers' benchmarks at
-# load 12-20 (1,344 passed), 25:43 at load 4-9 (1,379 passed, 5b8fa73), against 45:46 in one
-# process on a quiet CI machine.
+# last, and a fresh clone of 8a34636 ran its last ~20 of 51 min on one worker; longest first,
+# 98031a9 took 33:21 (1,379 tests, 65.9 worker-minutes: the two workers ended together, so
+# the suite itself must shrink to fit 25 min). Earlier fresh clones on this 2-core machine:
+# 22:03 quiet (1,343 passed), 42:09 beside other engineers' benchmarks at load 12-20, 25:43
+# at load 4-9 (1,379 passed, 5b8fa73), against 45:46 in one process on a quiet CI machine.
 TEST_WORKERS ?= 2
 
 VENV_STAMP := $(VENV)/.installed

@@ -143,11 +143,13 @@ def _get(url: str) -> Any:
         return None
 
 
-def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None, final_wait_s: float = 600) -> SoakResult:
+def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None, final_wait_s: float = 600,
+             up_args: tuple[str, ...] = ()) -> SoakResult:
     """Run ``duet up`` on the flights fed at ``rate`` events/s for ``seconds`` (the feed is
     cut to ``rate * seconds`` events; beyond a year, copies of the year: ``--years``), sample it, wait for a recompute to archive all of it,
     compare speed and batch, stop it with SIGINT. ``workdir``: its lake and DAGSTER_HOME;
-    ``final_wait_s``: how long the last recompute (the feed's end) may take after the feed.
+    ``final_wait_s``: how long the last recompute (the feed's end) may take after the feed;
+    ``up_args``: more ``duet up`` options (e.g. ``("--recompute-nice", "0")``).
 
     Raises:
         AssertionError: ``duet up`` failed, or a phase did not happen in time.
@@ -172,7 +174,7 @@ def run_soak(seconds: float, rate: float, workdir: Path, *, log: Any = None, fin
     out = open(workdir / "duet-up.out", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(workdir / "lake"),
                              "--rate", str(rate), "--limit", str(per_year), "--years", str(years), "--port", str(port),
-                             "--speed-port", str(speed_port), "--ui-port", str(ui_port)],
+                             "--speed-port", str(speed_port), "--ui-port", str(ui_port), *up_args],
                             cwd=workdir, env=env, text=True, stdout=out, stderr=subprocess.STDOUT)
     base, speed = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{speed_port}"
     result = SoakResult(seconds=seconds, rate=rate, events=events)
@@ -270,10 +272,12 @@ def main() -> None:
     parser.add_argument("--final-wait", type=float, default=600.0,
                         help="seconds the recompute of the feed's end may take after the feed (a 30-minute "
                              "feed at 1,000/s is 1.8 M flights of history for the last recompute)")
+    parser.add_argument("--recompute-nice", type=int, default=None, help="duet up's --recompute-nice (default: its own)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="duet-soak-") as work:
         result = run_soak(args.seconds, args.rate, Path(work),
-                          log=lambda m: print(m, file=sys.stderr, flush=True), final_wait_s=args.final_wait)
+                          log=lambda m: print(m, file=sys.stderr, flush=True), final_wait_s=args.final_wait,
+                          up_args=() if args.recompute_nice is None else ("--recompute-nice", str(args.recompute_nice)))
     print(json.dumps(result.summary(), default=str))
 
 
