@@ -6,7 +6,7 @@
 #                              + SeaweedFS (weed, built from its pinned Go module: the object store)
 #   make run ARGS="..."        .venv/bin/duet run ARGS
 #   make test PYTEST_ARGS=...  pytest (TEST_WORKERS=N: in N pytest-xdist workers, one test
-#                              file per worker at a time; ~22 min with 2 on 2 cores)
+#                              file per worker at a time; ~33 min with 2 on 2 cores)
 #   make clean                 remove the copied jars and caches (not the venv, not the lake)
 #   make distclean             clean, and remove the venv
 
