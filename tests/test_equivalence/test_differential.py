@@ -14,10 +14,8 @@ every output topic (per key, in order). A failing topology is reported with its
 ``describe()`` and inputs; hypothesis shrinks it (ops, terminal, records) to a minimal
 reproduction.
 
-``DUET_DIFFERENTIAL_EXAMPLES`` (default 120) sets how many random topologies run, in
-batches of ``DUET_DIFFERENTIAL_BATCH`` (default 60) per Spark run. (200 in batches of 50 took
-282 s of a fresh clone's 33-min suite, fc1 2026-12-07; sized down so that ``make test`` fits
-25 min; ``DUET_DIFFERENTIAL_EXAMPLES=1000`` for a longer hunt.)
+``DUET_DIFFERENTIAL_EXAMPLES`` (default 200) sets how many random topologies run, in
+batches of ``DUET_DIFFERENTIAL_BATCH`` (default 50) per Spark run.
 """
 from __future__ import annotations
 
@@ -41,9 +39,9 @@ from topology_strategies import STREAMS, Example, build, examples, input_topics,
 
 pytestmark = pytest.mark.spark
 
-TOTAL = int(os.environ.get("DUET_DIFFERENTIAL_EXAMPLES", "120"))
+TOTAL = int(os.environ.get("DUET_DIFFERENTIAL_EXAMPLES", "200"))
 #: topologies per Spark run
-BATCH = max(1, min(int(os.environ.get("DUET_DIFFERENTIAL_BATCH", "60")), TOTAL))
+BATCH = max(1, min(int(os.environ.get("DUET_DIFFERENTIAL_BATCH", "50")), TOTAL))
 #: batch never stops on a failing record (it drops and counts it): the driver is run the
 #: same way, so a user function raising on an input drops that record on both sides
 CONFIG = {"application.id": "differential", "processing.exception.handler": "log_and_continue",
