@@ -273,11 +273,14 @@ def main() -> None:
                         help="seconds the recompute of the feed's end may take after the feed (a 30-minute "
                              "feed at 1,000/s is 1.8 M flights of history for the last recompute)")
     parser.add_argument("--recompute-nice", type=int, default=None, help="duet up's --recompute-nice (default: its own)")
+    parser.add_argument("--commit-interval", type=int, default=None,
+                        help="duet up's --commit-interval, ms (default: its own, 200)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="duet-soak-") as work:
         result = run_soak(args.seconds, args.rate, Path(work),
                           log=lambda m: print(m, file=sys.stderr, flush=True), final_wait_s=args.final_wait,
-                          up_args=() if args.recompute_nice is None else ("--recompute-nice", str(args.recompute_nice)))
+                          up_args=(*(() if args.recompute_nice is None else ("--recompute-nice", str(args.recompute_nice))),
+                                   *(() if args.commit_interval is None else ("--commit-interval", str(args.commit_interval)))))
     print(json.dumps(result.summary(), default=str))
 
 

@@ -49,7 +49,8 @@ __all__ = ["up", "LIVE_CONFIG", "RECOMPUTE_NICE"]
 RECOMPUTE_NICE = 10
 
 #: the speed service's Streams config under ``duet up``: the caches flush to the view topics
-#: five times a second (Kafka Streams' ``commit.interval.ms``; duet's default is 10 s)
+#: five times a second (Kafka Streams' ``commit.interval.ms``; duet's default is 10 s;
+#: ``--commit-interval`` sets it)
 LIVE_CONFIG: dict[str, Any] = {"commit.interval.ms": 200, "poll.ms": 10}
 
 
@@ -76,9 +77,15 @@ def up(
         "--recompute-nice", min=0, max=19, help="Nice value of Dagster and the recomputes it runs (Spark "
         "included): the live path (speed layer, serving, the feed) keeps the CPU it needs; 0: equal priority.")]
     = RECOMPUTE_NICE,
+    commit_interval: Annotated[int, typer.Option(
+        "--commit-interval", min=10, max=60_000, help="The speed layer's commit.interval.ms: how often its "
+        "record caches flush to the view topics (and serving). Shorter: fresher answers; longer: fewer window "
+        "updates sent per record, so more records/s per core (docs/live-serving.md, \"The live cost\").")]
+    = LIVE_CONFIG["commit.interval.ms"],
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log INFO lines to stderr.")] = False,
 ) -> None:
-    """The pipeline live, until Ctrl-C: the speed layer as a service (commit interval 200 ms),
+    """The pipeline live, until Ctrl-C: the speed layer as a service (commit interval 200 ms,
+    --commit-interval),
     serving with the live merge (every answer: the batch view up to its watermark, the speed
     layer's current results after it), the Dagster webserver and daemon with the recompute
     schedule and the new-data sensor on (at nice 10, --recompute-nice: a recompute yields the
@@ -102,14 +109,15 @@ def up(
             cluster(bootstrap, console, phases) as (servers, embedded), contextlib.ExitStack() as children:
         fed = embedded if feed is None else feed
         line = _run_live(pipeline, pipeline_ref, folder, servers, embedded, fed, rate, limit, scale, host, port, speed_port,
-                         ui_port, console, phases, children, recompute_nice)
+                         ui_port, console, phases, children, recompute_nice, commit_interval)
         children.close()  # serving and Dagster stop before the broker
         console.print(f"duet up: {line}; serving and Dagster stopped; {phases.topics_kept()}", soft_wrap=True)
 
 
 def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedded: bool, fed: bool, rate: float,
               limit: int | None, scale: int, host: str, port: int, speed_port: int, ui_port: int, console: Any,
-              phases: Phases, children: contextlib.ExitStack, recompute_nice: int = RECOMPUTE_NICE) -> str:
+              phases: Phases, children: contextlib.ExitStack, recompute_nice: int = RECOMPUTE_NICE,
+              commit_interval_ms: int = LIVE_CONFIG["commit.interval.ms"]) -> str:
     """Start serving and Dagster (stopped by ``children``'s close), then run the speed service
     (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did. On
     the ``embedded`` broker the speed service is a fresh application with its state in a
@@ -163,7 +171,8 @@ def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedd
         app_id, state_dir = None, Path(tempfile.mkdtemp(prefix=f"duet-up-{pipeline.name}-state-"))
         children.callback(shutil.rmtree, state_dir, True)
     served = serve_speed(pipeline, servers, host, speed_port, application_id=app_id, state_dir=state_dir,
-                         feed=feed, timeout_s=3600.0, on_ready=ready, config=LIVE_CONFIG,
+                         feed=feed, timeout_s=3600.0, on_ready=ready,
+                         config={**LIVE_CONFIG, "commit.interval.ms": commit_interval_ms},
                          on_stop=lambda: (serving.terminate(), dagster.terminate()))
     phases.enter("stop")
     fed_line = f", {served.replay.produced:,} events fed" if served.replay is not None else ""

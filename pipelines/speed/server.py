@@ -95,13 +95,16 @@ def speed_app(streams: KafkaStreams) -> FastAPI:
 
     @app.get("/health", tags=["speed layer"])
     def health() -> JSONResponse:
-        """The client's state and its stream threads'; 200 while RUNNING or REBALANCING, else 503."""
+        """The client's state and its stream threads', and its ``commit.interval.ms`` (how often
+        the view topics are written: the bound on how stale they are); 200 while RUNNING or
+        REBALANCING, else 503."""
         state = streams.state
         body: dict[str, Any] = {
             "state": state,
             "threads": streams.local_thread_metadata(),
             "application_id": streams.config.application_id,
             "application_server": streams.config.application_server,
+            "commit_interval_ms": streams.config.commit_interval_ms,
         }
         if streams.errors:
             body["error"] = repr(streams.errors[0])

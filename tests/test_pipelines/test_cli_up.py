@@ -124,7 +124,7 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
            "DUET_PIPELINE": "", "KAFKA_BOOTSTRAP_SERVERS": "", "DUET_SERVING_LIVE_DIR": str(tmp_path / "live")}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "up", "--lake", str(tmp_path / "lake"),
                              "--rate", "5", "--years", "2", "--port", str(port), "--speed-port", "0",
-                             "--ui-port", str(ui_port)],
+                             "--ui-port", str(ui_port), "--commit-interval", "150"],
                             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = _Output(proc)
     base = f"http://127.0.0.1:{port}"
@@ -150,6 +150,10 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
                 pass
             assert time.monotonic() < deadline, out.text()[-4000:]
             time.sleep(0.5)
+
+        # --commit-interval reaches the speed service (its /health says it)
+        speed_url = out.text().split("speed service at ", 1)[1].split(",", 1)[0]
+        assert httpx.get(f"{speed_url}/health", timeout=10).json()["commit_interval_ms"] == 150
 
         # serving's live table: RocksDB stores in a folder of its own below $DUET_SERVING_LIVE_DIR
         (claimed,) = (tmp_path / "live").iterdir()
@@ -212,3 +216,18 @@ def test_duet_up_serves_a_new_flight_within_a_second_and_stops_on_sigint(tmp_pat
     ends = [line for line in text.splitlines() if line.startswith("duet up: stopped (SIGINT)")]
     assert len(ends) == 1 and "serving and Dagster stopped" in ends[0], text[-4000:]
     assert list((tmp_path / "live").iterdir()) == []  # serving's shutdown removed its stores' folder
+
+
+@pytest.mark.parametrize(("value", "says"), [("5", "greater than or equal to 10"), ("60001", "less than or equal to 60000"),
+                                             ("soon", "should be a valid integer")])
+def test_a_commit_interval_out_of_range_fails_before_anything_starts(value: str, says: str) -> None:
+    """``--commit-interval`` (ms) takes 10..60,000: another value exits 2 naming the option and
+    its range, before a broker, serving or Dagster starts."""
+    from typer.testing import CliRunner
+
+    from pipelines.cli import app
+
+    res = CliRunner().invoke(app, ["up", "--commit-interval", value], terminal_width=200)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.replace("│", " ").split())
+    assert "Invalid value for '--commit-interval'" in text and says in text, res.output
