@@ -335,9 +335,9 @@ def _agreement(pipeline: Any, bootstrap: str, lake: Path, speed: Any, records_in
 
     speed_frames = read_speed_views(pipeline, bootstrap)
     batch_frames = read_batch_views(pipeline, lake)
-    windows = publish_views(pipeline, lake, batch_frames, speed_frames)
-    quality = run_checks(pipeline, lake, frames=batch_frames)
     watermark = read_batch_watermark(lake)
+    windows = publish_views(pipeline, lake, batch_frames, speed_frames, watermark_ms=watermark)
+    quality = run_checks(pipeline, lake, frames=batch_frames)
     reports, excluded = compare_layers(pipeline, batch_frames, speed_frames, watermark, speed.late,
                                        late_windows=speed.late_windows)
     return RunSummary(

@@ -338,7 +338,8 @@ def batch(
         results = run_checks(pipeline, root, reporter=rep, frames=batch_frames)
         phases.enter("publish")
         rows = publish_views(pipeline, root, batch_frames,
-                             read_speed_views(pipeline, servers, merge_at_ms=stats.watermark_ms))
+                             read_speed_views(pipeline, servers, merge_at_ms=stats.watermark_ms),
+                             watermark_ms=stats.watermark_ms)
         catalog = CatalogRecorder("batch", pipeline)
         catalog(batch_frames, results, rows)
     console.print(f"batch layer {stats.seconds:.1f} s, watermark {stats.watermark_ms}; published "

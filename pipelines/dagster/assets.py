@@ -268,7 +268,7 @@ def serving_publish(p: Pipeline) -> dg.AssetsDefinition:
                 context.log.warning(f"{view}: no speed view ({exc}); publishing the batch view alone")
         if not servers:
             context.log.info("no Kafka cluster configured: publishing the batch views alone")
-        rows = publish_views(p, folder, batch_frames, speed_frames)
+        rows = publish_views(p, folder, batch_frames, speed_frames, watermark_ms=watermark)
         return dg.MaterializeResult(
             metadata={
                 **{f"rows_{slug(v)}": dg.MetadataValue.int(n) for v, n in rows.items()},

@@ -417,7 +417,7 @@ def run_main_job(
             rep.start("publish", len(pipeline.views))
             speed_frames = speed_future.result()
             batch_frames = read_batch_views(pipeline, lake)
-            windows = publish_views(pipeline, lake, batch_frames, speed_frames)
+            windows = publish_views(pipeline, lake, batch_frames, speed_frames, watermark_ms=watermark)
             rep.finish("publish", ", ".join(f"{v} {n:,}" for v, n in windows.items()))
         with timer.phase("checks"):
             quality = run_checks(pipeline, lake, reporter=rep, frames=batch_frames)

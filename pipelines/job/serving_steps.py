@@ -68,14 +68,16 @@ def publish_views(
     batch_frames: Mapping[str, pd.DataFrame],
     speed_frames: Mapping[str, pd.DataFrame],
     views: Iterable[str] | None = None,
+    *,
+    watermark_ms: int | None,
 ) -> dict[str, int]:
-    """Merge batch and speed views at the batch watermark into ``<lake>/serving``;
-    ``{view: rows}``."""
-    from serving.views.batch import read_batch_watermark
+    """Merge batch and speed views at the batch watermark ``watermark_ms`` (ms; None: no
+    batch yet) into ``<lake>/serving``; ``{view: rows}``. The caller passes the watermark it
+    read the speed views at (``read_speed_views(merge_at_ms=...)``), so both use one value."""
     from serving.views.publish import publish
 
     specs = [pipeline.view_specs[v] for v in _selected(pipeline, views)]
-    return publish(lake, specs, batch_frames, speed_frames, read_batch_watermark(lake))
+    return publish(lake, specs, batch_frames, speed_frames, watermark_ms)
 
 
 def run_checks(
