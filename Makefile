@@ -35,7 +35,8 @@ PYTEST_ARGS ?=
 # last, and a fresh clone of 8a34636 ran its last ~20 of 51 min on one worker; longest first,
 # 98031a9 took 33:21 (1,379 tests, 65.9 worker-minutes: the two workers ended together, so
 # the suite itself must shrink to fit 25 min), 33f11a1 39:55 (1,383 passed, 79.0 worker-minutes,
-# the CPU 90 % busy throughout by vmstat: only less work in the tests shortens it). Earlier fresh clones on this 2-core machine:
+# the CPU 90 % busy throughout by vmstat: only less work in the tests shortens it), 0446c08
+# 39:49 (1,386 passed). Earlier fresh clones on this 2-core machine:
 # 22:03 quiet (1,343 passed), 42:09 beside other engineers' benchmarks at load 12-20, 25:43
 # at load 4-9 (1,379 passed, 5b8fa73), against 45:46 in one process on a quiet CI machine.
 TEST_WORKERS ?= 2
