@@ -276,11 +276,14 @@ def main() -> None:
     parser.add_argument("--commit-interval", type=int, default=None,
                         help="duet up's --commit-interval, ms (default: its own, 200)")
     args = parser.parse_args()
+    up_args: list[str] = []
+    for flag, value in (("--recompute-nice", args.recompute_nice), ("--commit-interval", args.commit_interval)):
+        if value is not None:  # else duet up's own default
+            up_args += [flag, str(value)]
     with tempfile.TemporaryDirectory(prefix="duet-soak-") as work:
         result = run_soak(args.seconds, args.rate, Path(work),
                           log=lambda m: print(m, file=sys.stderr, flush=True), final_wait_s=args.final_wait,
-                          up_args=(*(() if args.recompute_nice is None else ("--recompute-nice", str(args.recompute_nice))),
-                                   *(() if args.commit_interval is None else ("--commit-interval", str(args.commit_interval)))))
+                          up_args=tuple(up_args))
     print(json.dumps(result.summary(), default=str))
 
 

@@ -116,8 +116,7 @@ def up(
 
 def _run_live(pipeline: Any, ref: str | None, folder: Path, servers: str, embedded: bool, fed: bool, rate: float,
               limit: int | None, scale: int, host: str, port: int, speed_port: int, ui_port: int, console: Any,
-              phases: Phases, children: contextlib.ExitStack, recompute_nice: int = RECOMPUTE_NICE,
-              commit_interval_ms: int = LIVE_CONFIG["commit.interval.ms"]) -> str:
+              phases: Phases, children: contextlib.ExitStack, recompute_nice: int, commit_interval_ms: int) -> str:
     """Start serving and Dagster (stopped by ``children``'s close), then run the speed service
     (feeding the sample when ``fed``) until SIGINT / SIGTERM; the line saying what it did. On
     the ``embedded`` broker the speed service is a fresh application with its state in a
