@@ -101,7 +101,7 @@ def main() -> int:
     bad_traversals = {p: c for p, c in traversal.items() if not 400 <= c < 500}
     print(f"requests {sum(sum(s.values()) for s in statuses.values())}, server errors {server_errors}, "
           f"failed operations {len(failures)}, path traversals {len(traversal)} -> all 4xx: {not bad_traversals}")
-    from pipelines.cli.commands import serve
+    from pipelines.cli.serving_commands import serve
 
     import inspect
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-import httpx
 import pytest
 import schemathesis
 from schemathesis.config import SchemathesisConfig
@@ -65,7 +64,7 @@ def test_path_traversal_in_view_and_key_names_gets_a_4xx(lake_with_quality: Path
 
 
 def test_duet_serve_binds_loopback_by_default() -> None:
-    from pipelines.cli.commands import serve
+    from pipelines.cli.serving_commands import serve
     from serving.api.app import serve as serve_app
 
     assert inspect.signature(serve_app).parameters["host"].default == "127.0.0.1"
