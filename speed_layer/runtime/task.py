@@ -458,9 +458,16 @@ class StreamTask:
 
     # ------------------------------------------------------------------ commit
     def flush(self) -> None:
-        """Flush caches (forwarding their updates downstream) and stores."""
-        for s in self.stores.values():
+        """Flush caches (forwarding their updates downstream) and stores, then the writes
+        processors deferred to the commit (``pending_writer``: a suppress buffer's changed
+        keys, which the caches' updates just reached)."""
+        stores = self.stores.values()
+        for s in stores:
             s.flush()
+        for s in stores:
+            writer = getattr(s, "pending_writer", None)  # user stores may lack it
+            if writer is not None:
+                writer()
 
     def commit(self) -> dict[tuple[str, int], int]:
         """Flush, then return ``{(topic, partition): next offset}`` to commit."""

@@ -154,12 +154,11 @@ class BoundGetter:
         # Kafka's InMemoryTimeOrderedKeyValueChangeBuffer#priorValueForBuffered: a buffered
         # key reads as the value last emitted for it (its prior value), with an unknown
         # timestamp (-1); a key not buffered reads through to the parent table
-        from .suppress import buffer_sort_key
+        from .suppress import buffered_prior
 
         assert self.parent is not None
-        entry = self.buffer.get(buffer_sort_key(key))
-        if entry is not None:
-            prior = entry.get("prior")
+        buffered, prior = buffered_prior(self.buffer, key)
+        if buffered:
             return None if prior is None else ValueAndTimestamp(prior, -1)
         return self.parent.get(key)
 

@@ -28,7 +28,10 @@ Semantics kept from Kafka:
   ``until_window_closes`` accepts).
 
 The buffer is persisted, one entry per key, in the op's key-value store (its changelog
-restores it). ``max_bytes`` uses an estimate of the entry size (8 bytes of buffer time
+restores it), as Kafka's buffer logs it: at each commit, once per key changed since the last
+one (its entry, or a tombstone when it was emitted), so a key buffered and emitted between
+two commits costs no store write unless an earlier commit wrote it. Readers of the
+suppressed table (:func:`buffered_prior`) read the buffer itself. ``max_bytes`` uses an estimate of the entry size (8 bytes of buffer time
 plus the pickled key and values), not Kafka's exact serialized size.
 """
 from __future__ import annotations
@@ -107,6 +110,10 @@ class SuppressProcessor(OpProcessor):
         self.shut_down_when_full = s.buffer.shut_down_when_full
         self.observed_stream_time = -1
         self.entries: dict[bytes, _Entry] = {}
+        #: keys changed since the last commit, in order (written by :meth:`write_pending`)
+        self.dirty: dict[bytes, None] = {}
+        #: keys whose entry the store holds (a tombstone is written only for them)
+        self.persisted: set[bytes] = set()
         #: each buffered key's size estimate (:meth:`_Entry.size`, which pickles the values),
         #: kept only under a ``max_bytes`` bound: computed once per update, never on eviction
         self.sizes: dict[bytes, int] | None = None if self.max_bytes is None else {}
@@ -115,8 +122,11 @@ class SuppressProcessor(OpProcessor):
         for _, e in self.store.all():  # restore the buffer from its store (changelog)
             entry = _Entry(**e)
             self.entries[entry.sort_key] = entry
+            self.persisted.add(entry.sort_key)
             self._account(entry)
             heapq.heappush(self.queue, (entry.time, entry.sort_key))
+        self.store.pending_writer = self.write_pending
+        self.store.suppress_entries = self.entries
 
     # ------------------------------------------------------------------ buffer
     def _buffer_time(self, record: Record[Any, Any]) -> int:
@@ -127,7 +137,22 @@ class SuppressProcessor(OpProcessor):
         return record.timestamp
 
     def _persist(self, entry: _Entry | None, sort_key: bytes) -> None:
-        self.store.put(sort_key, None if entry is None else entry.stored())
+        self.dirty[sort_key] = None
+
+    def write_pending(self) -> None:
+        """Write each key changed since the last commit to the store (and its changelog):
+        its entry, or a tombstone if the store holds an earlier one (the task's commit
+        calls it, after the caches' flushes)."""
+        entries, persisted, put = self.entries, self.persisted, self.store.put
+        for sk in self.dirty:
+            entry = entries.get(sk)
+            if entry is not None:
+                put(sk, entry.stored())
+                persisted.add(sk)
+            elif sk in persisted:
+                put(sk, None)
+                persisted.discard(sk)
+        self.dirty.clear()
 
     def _account(self, entry: _Entry) -> None:
         """Add ``entry``'s size to ``size_bytes`` in place of its key's previous one (only
@@ -190,3 +215,17 @@ class SuppressProcessor(OpProcessor):
                 )
             while self.queue and self._over_capacity():
                 self._evict_one()
+
+
+def buffered_prior(buffer_store: Any, key: Any) -> tuple[bool, Any]:
+    """``(buffered, prior)``: whether the suppress buffer of ``buffer_store`` holds ``key``
+    and, if so, the value last emitted for it (Kafka's
+    ``InMemoryTimeOrderedKeyValueChangeBuffer#priorValueForBuffered``). Reads the
+    processor's buffer, which is ahead of the store between commits."""
+    sk = buffer_sort_key(key)
+    entries: dict[bytes, _Entry] | None = getattr(buffer_store, "suppress_entries", None)
+    if entries is not None:
+        entry = entries.get(sk)
+        return (False, None) if entry is None else (True, entry.prior)
+    stored = buffer_store.get(sk)  # the processor is not initialized in this task yet
+    return (False, None) if stored is None else (True, stored.get("prior"))

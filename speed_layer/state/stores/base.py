@@ -114,6 +114,12 @@ class _StoreBase:
             return None
         return self._decode_value(self.backend.get(kb))
 
+    #: writes the processor that owns this store defers to the commit (a suppress buffer's
+    #: keys changed since the last commit, as Kafka's InMemoryTimeOrderedKeyValueChangeBuffer
+    #: logs its dirty keys in ``flush``); the task calls it after every store's
+    #: :meth:`flush`, so the updates caches forward at the commit are written too
+    pending_writer: "Callable[[], None] | None" = None
+
     def flush_cache(self) -> None:
         """Write dirty cache entries through (and to the flush listener) in update order."""
         while self.cache:
