@@ -144,13 +144,23 @@ class SegmentedBytesStore(BytesStore):
             return self._get(segment, key)
         return self.retained.get(key) if self.keep_if is not None else None
 
-    def put(self, key: bytes, value: bytes | None) -> None:
-        time = _Q.unpack_from(key, len(key) - self.time_offset)[0]
+    def observe(self, time: int) -> None:
+        """Advance the observed stream time to ``time`` (ms) if it is later, dropping the
+        segments that expire. A put does it with its key's time; a caching store above calls
+        it with its own stream time before it writes evicted or flushed windows, which lag
+        it: without it, a window put a retention late went into a live segment and was
+        dropped with it at the next write (a RocksDB put, a segment scan and a delete per
+        evicted window in a cache that holds more than the retention)."""
         if time > self.observed_stream_time:
             self.observed_stream_time = time
             min_live = _java_div(time - self.retention_ms, self.segment_interval_ms)
             if min_live > self.min_live_segment:
                 self._advance(min_live)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        time = _Q.unpack_from(key, len(key) - self.time_offset)[0]
+        if time > self.observed_stream_time:
+            self.observe(time)
         segment = time // self.segment_interval_ms if time >= 0 else _java_div(time, self.segment_interval_ms)
         if segment >= self.min_live_segment:
             self._put(segment, key, value)

@@ -187,3 +187,22 @@ def test_rocksdb_stores_open_with_kafka_streams_table_options(tmp_path: Path) ->
     assert "filter_policy=bloomfilter" in text
     assert "write_buffer_size=16777216" in text
     assert "max_write_buffer_number=3" in text
+
+
+def test_windows_evicted_after_their_retention_never_enter_a_segment(kind: str, tmp_path: Path) -> None:
+    """A cache holding more windows than the retention (the anchors' 10,000 entries against
+    1 h of hourly windows) evicts windows that expired long before: the bytes store takes
+    the cache's stream time first, so they go where expired writes go (``retained``, checked
+    at the next drop) instead of into a live segment dropped at the next eviction (before:
+    a segment put, a scan and a delete per evicted window)."""
+    cached = 10 * RETENTION // SIZE  # windows per key the cache holds: ten retentions
+    c = Counted(kind, tmp_path, max_entries=cached * len(KEYS))
+    for _ in range(cached):  # fill the cache: nothing evicted, nothing written yet
+        c.step()
+    before = int(c.seg.ops)
+    for _ in range(100):  # each step evicts one window per key, ten retentions old
+        c.step()
+    assert int(c.seg.ops) - before == 0
+    # and a read of an evicted window still finds nothing (expired), as before
+    assert c.store.fetch_one_with_timestamp("JFK", 0) is None
+    c.store.close()

@@ -48,6 +48,9 @@ class WindowStore(_StoreBase):
         self._kb_memo: dict[str, bytes] = {}
         self.cache: _Cache | None = _Cache(cache_max_entries) if caching and not retain_duplicates else None
         self.flush_listener: Callable[[Windowed[Any], ValueAndTimestamp | None, ValueAndTimestamp | None], None] | None = None
+        #: a segmented bytes store's ``observe``: told this store's stream time before the
+        #: cache writes windows through, so it drops what expired first
+        self._observe: Callable[[int], None] | None = getattr(backend, "observe", None) if self.cache is not None else None
 
     def _suffix_len(self) -> int:
         return 12 if self.retain_duplicates else 8
@@ -183,6 +186,8 @@ class WindowStore(_StoreBase):
 
     def _evict(self) -> None:
         assert self.cache is not None
+        if self._observe is not None:
+            self._observe(self.observed_stream_time)
         _, ((key, start), vt) = self.cache.entries.popitem(last=False)
         # not forgotten if it was clean before: a clean entry reads the bytes store, which
         # now holds this newer value (Kafka would no longer serve it once expired: a
@@ -197,6 +202,8 @@ class WindowStore(_StoreBase):
         if cache is None:
             return
         entries = cache.entries
+        if entries and self._observe is not None:
+            self._observe(self.observed_stream_time)
         while entries:
             _, ((key, start), vt) = entries.popitem(last=False)
             kb = self._flush_entry(key, start, vt)
