@@ -167,7 +167,8 @@ class SuppressGroup:
                 agg.process(Record(None if kb is None else decode_key(kb), None if vb is None else pickle.loads(vb), ts))
             except Exception:  # noqa: BLE001 - the processing-exception handler stops the record here
                 add_error(errs, self.agg.name, (src, p, o))
-            agg_store.flush()  # the commit after every record
+            agg_store.flush()  # the commit after every record: the cache, then the buffer's writes
+            sup.write_pending()
             for i, rec in enumerate(emitted):
                 out.append((encode_key(rec.key), None if rec.value is None else dumps(rec.value), rec.timestamp, p, o, src,
                             f"{seq}{i:08x}"))
