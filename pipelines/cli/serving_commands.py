@@ -13,7 +13,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pipelines.cli.support import LakeOpt, PipelineOpt, app, make_console, pipeline_and_lake, setup_logging, user_errors
+from pipelines.cli.support import (
+    LakeOpt, PipelineOpt, app, external_bootstrap, make_console, pipeline_and_lake, setup_logging, user_errors,
+)
 
 ViewTopicsOpt = Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers of the speed "
     "layer's view topics (default $KAFKA_BOOTSTRAP_SERVERS): answers merge their current rows; none: the published "
@@ -36,7 +38,6 @@ def serve(
     /ui/views/{view} (charts), the API /health, /views, /views/{view}/keys/{key}?from=&to=&limit=&cursor=,
     /quality; OpenAPI at /docs."""
     setup_logging(False)
-    from pipelines.cli.support import external_bootstrap  # live: merge the view topics (docs/live-serving.md)
     from pipelines.preflight import UserError, check_lake_served, check_port_free
     from serving.api.app import serve as serve_app
     from serving.views.live_dir import check_base
@@ -47,14 +48,15 @@ def serve(
         pipeline, root = pipeline_and_lake(pipeline_ref, lake, write=False)
         check_lake_served(root)
         check_port_free(host, port)
-        if external_bootstrap(bootstrap) is not None:
+        servers = external_bootstrap(bootstrap)  # live: merge the view topics (docs/live-serving.md)
+        if servers is not None:
             try:
                 check_base(live_dir)
             except OSError as exc:
                 raise UserError(str(exc)) from None
     make_console(stderr=True).print(f"views of {root} at http://{host}:{port}/ui (API docs at /docs)")
     about = About(pipeline.name, pipeline.description, {v.store: v.description for v in pipeline.views})
-    serve_app(root, host=host, port=port, about=about, bootstrap=external_bootstrap(bootstrap), live_dir=live_dir)
+    serve_app(root, host=host, port=port, about=about, bootstrap=servers, live_dir=live_dir)
 
 
 # --------------------------------------------------------------------------- query
@@ -104,9 +106,8 @@ def query(
         hi = parse_time_ms(to, "--to") if to else None
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"--from ({ms_to_iso(lo)}) is after --to ({ms_to_iso(hi)})")
-        from pipelines.cli.support import external_bootstrap  # live: merge the view topic (docs/live-serving.md)
         from serving.views.served import query_live
-        rows = query_live(root, external_bootstrap(bootstrap), view, key, lo, hi).rows
+        rows = query_live(root, external_bootstrap(bootstrap), view, key, lo, hi).rows  # live: docs/live-serving.md
     if json_out:  # ``value`` as the JSON it holds (the API's ``value``), not its text
         print(json.dumps([{**r, "value": _json_value(r["value"])} for r in rows]))
         return

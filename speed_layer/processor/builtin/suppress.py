@@ -31,8 +31,9 @@ The buffer is persisted, one entry per key, in the op's key-value store (its cha
 restores it), as Kafka's buffer logs it: at each commit, once per key changed since the last
 one (its entry, or a tombstone when it was emitted), so a key buffered and emitted between
 two commits costs no store write unless an earlier commit wrote it. Readers of the
-suppressed table (:func:`buffered_prior`) read the buffer itself. ``max_bytes`` uses an estimate of the entry size (8 bytes of buffer time
-plus the pickled key and values), not Kafka's exact serialized size.
+suppressed table (:func:`buffered_prior`) read the buffer itself. ``max_bytes`` uses an
+estimate of the entry size (8 bytes of buffer time plus the pickled key and values), not
+Kafka's exact serialized size.
 """
 from __future__ import annotations
 
@@ -136,9 +137,6 @@ class SuppressProcessor(OpProcessor):
             return record.key.window.end
         return record.timestamp
 
-    def _persist(self, entry: _Entry | None, sort_key: bytes) -> None:
-        self.dirty[sort_key] = None
-
     def write_pending(self) -> None:
         """Write each key changed since the last commit to the store (and its changelog):
         its entry, or a tombstone if the store holds an earlier one (the task's commit
@@ -182,7 +180,7 @@ class SuppressProcessor(OpProcessor):
             entry = _Entry(prev.time, sk, record.key, change.new, change.old, record.timestamp, list(record.headers), prev.prior, topic)
             self.entries[sk] = entry
         self._account(entry)
-        self._persist(entry, sk)
+        self.dirty[sk] = None
 
     def _min_time(self) -> int | None:
         return self.queue[0][0] if self.queue else None
@@ -191,7 +189,7 @@ class SuppressProcessor(OpProcessor):
         _, sk = heapq.heappop(self.queue)
         entry = self.entries.pop(sk)
         self._unaccount(sk)
-        self._persist(None, sk)
+        self.dirty[sk] = None
         if entry.new is not None or not self.final:
             self.forward(Record(entry.key, Change(entry.new, entry.old), entry.timestamp, entry.headers))
 
